@@ -1,0 +1,116 @@
+"""What a task declares: the reference op, inputs, shapes, parity policy and the minimum cost.
+
+A task file (`tasks/<name>.py`) builds one `Task`. The harness reads nothing else about a task.
+Tasks import `reference_model` only; the harness imports tasks, never the other way round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One problem size. `params` holds every dimension the input generator and cost formula read
+    (e.g. {"T": 1, "D": 5120}) plus task-specific switches (e.g. {"variant": "global"})."""
+
+    label: str
+    params: Mapping[str, Any]
+
+    def __getitem__(self, key: str) -> Any:
+        try:
+            return self.params[key]
+        except KeyError:
+            raise KeyError(f"shape {self.label!r} has no parameter {key!r}; it has {sorted(self.params)}") from None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, **dict(self.params)}
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The least work one call must do: each input read once, each output written once."""
+
+    bytes: int
+    flops: int = 0
+
+
+@dataclass(frozen=True)
+class OutputCheck:
+    """How one output (a returned tensor, or an input the op writes in place) is judged.
+
+    kind:
+      "bf16"       BF16 tensor. With `bit_exact`, compared bit for bit with the reference: only
+                   differences of exactly 1 ulp are tolerated, on at most `max_ulp_fraction` of
+                   the elements (FP32 reductions in another order). Without it (GEMMs, whose
+                   accumulation order is the library's choice), only the FP64 check applies.
+                   Always: error against FP64 at most (1 + fp64_margin) x the reference's own.
+      "fp32"       FP32 tensor: max relative error against FP64 (normwise) at most `rel_tol`, and
+                   no worse than (1 + fp64_margin) x the reference's own.
+      "index_set"  integer ids per row, compared as sets (order within a row is free); must be
+                   identical to the reference's.
+    `paired_with` names an index_set output whose row order this output follows (routing weights
+    follow their ids), so both are compared after sorting each row by id.
+    """
+
+    name: str
+    kind: Literal["bf16", "fp32", "index_set"]
+    bit_exact: bool = True
+    max_ulp_fraction: float = 0.01
+    fp64_margin: float = 0.05
+    rel_tol: float | None = None
+    paired_with: str | None = None
+
+
+@dataclass(frozen=True)
+class Task:
+    """One optimization target.
+
+    reference: the op from reference_model/ops.py; a candidate's launcher has its name and signature.
+    make_inputs(shape, seed, device) -> keyword arguments of the reference. Realistic values,
+        fully determined by (shape, seed).
+    outputs: one OutputCheck per returned tensor (in return order), then one per input in `mutated`.
+    mutated: names of inputs the op writes in place (a KV cache); every other input must come
+        back untouched.
+    shapes: the GPU shapes (from the `beam` preset, plus odd sizes); cpu_shapes: the small subset
+        run through the Triton interpreter.
+    cost(shape): the floor's numerator.
+    baselines: name -> factory returning a callable with the reference's signature (library
+        kernels a user could use instead). A factory raises `BaselineUnavailable` when its library
+        is missing or refuses the shape. `torch.compile` of the reference is always added by the
+        harness and is not listed here.
+    """
+
+    name: str
+    reference: Callable[..., Any]
+    make_inputs: Callable[[Shape, int, torch.device], dict[str, Any]]
+    outputs: tuple[OutputCheck, ...]
+    shapes: tuple[Shape, ...]
+    cpu_shapes: tuple[Shape, ...]
+    cost: Callable[[Shape], Cost]
+    description: str
+    mutated: tuple[str, ...] = ()
+    baselines: Mapping[str, Callable[[], Callable[..., Any]]] = field(default_factory=dict)
+
+    @property
+    def op_name(self) -> str:
+        """The launcher name a candidate must export: the reference function's own name."""
+        return self.reference.__name__
+
+    def shapes_for(self, device: torch.device | str) -> tuple[Shape, ...]:
+        return self.shapes if torch.device(device).type == "cuda" else self.cpu_shapes
+
+    def shape(self, label: str, device: torch.device | str) -> Shape:
+        shapes = self.shapes_for(device)
+        for s in shapes:
+            if s.label == label:
+                return s
+        raise ValueError(f"task {self.name!r} has no shape {label!r} on {device}; known: {[s.label for s in shapes]}")
+
+
+class BaselineUnavailable(RuntimeError):
+    """A library baseline cannot run here (library absent, GPU absent, shape refused)."""
