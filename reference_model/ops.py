@@ -140,11 +140,13 @@ def write_kv_cache(
 ) -> None:
     """k_cache[slot_mapping[t]] = k[t] and likewise v, in place, without host synchronization.
 
-    Slots within one call must be distinct (a ring's slot mapping guarantees it while T <= window;
-    the model writes longer sliding-window chunks through their last `window` tokens only).
+    Valid slots within one call are distinct. A slot of -1 means "do not keep this token" (a
+    sliding-window prefill chunk longer than the window keeps only its last `window` tokens):
+    the cache's last row is a discard row that is never read, and -1 indexes it, so an
+    implementation may write such tokens there or skip them.
     """
-    k_cache_SKD.index_copy_(0, slot_mapping_T, k_TKD)
-    v_cache_SKD.index_copy_(0, slot_mapping_T, v_TKD)
+    k_cache_SKD[slot_mapping_T] = k_TKD
+    v_cache_SKD[slot_mapping_T] = v_TKD
 
 
 def attention(
