@@ -1,0 +1,108 @@
+"""Make the Triton 3.6.0 interpreter's `tl.dot` compute what the GPU computes (TOOLCHAIN.md).
+
+Under TRITON_INTERPRET=1, `InterpreterBuilder.create_dot` hands the operands' numpy storage to
+`np.matmul`. The interpreter stores BF16 as uint16 bit patterns, so a BF16 dot multiplies the
+integers behind the bits and returns garbage; FP32 dots ignore `input_precision`, so a kernel that
+forgets `input_precision="ieee"` looks exact on CPU while the GPU runs it in TF32 (10 mantissa
+bits). `apply()` replaces `create_dot` with a version that:
+
+  - decodes BF16 operands exactly (the bits shifted into the high half of an FP32 word),
+    FP16 and FP8 operands through their own formats, and multiplies in FP32 (numpy's sgemm:
+    FP32 products and FP32 accumulation, as the tensor cores' FP32 accumulator);
+  - for FP32 operands with input_precision "tf32", rounds each operand to TF32 first
+    (round to nearest, ties away from zero, as `cvt.rna.tf32.f32`; hardware that truncates
+    instead differs in the last TF32 bit, still ~1e-3 relative error). "tf32x3" and "ieee"
+    stay exact FP32. BF16 values upcast to FP32 are exact in TF32, so kernels that upcast BF16
+    operands before an FP32 dot see no change;
+  - leaves integer (int8) dots as the interpreter computes them.
+
+The patch changes only the interpreter's builder class: compiled GPU kernels never use it, so
+`apply()` is harmless on the GPU machine. It is idempotent, and checks that the method it replaces
+has the signature it was written against, so that a Triton upgrade fails loudly instead of
+silently computing something else.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import numpy as np
+
+_EXPECTED_PARAMS = ("self", "a", "b", "d", "input_precision", "max_num_imprecise_acc")
+_PATCH_MARKER = "_beam_dot_patch"
+
+
+def _interpreter_module():
+    # Imported lazily: importing triton's interpreter is cheap, but keep harness imports free of it.
+    from triton.runtime import interpreter
+
+    return interpreter
+
+
+def _bf16_bits_to_fp32(bits: np.ndarray) -> np.ndarray:
+    """BF16 is the high half of an FP32 word: shifting the bits back is an exact decode."""
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _round_to_tf32(x32: np.ndarray) -> np.ndarray:
+    """FP32 rounded to TF32's 10 mantissa bits (ties away from zero); inf and NaN unchanged."""
+    bits = np.ascontiguousarray(x32, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+    return np.where(np.isfinite(x32), rounded.view(np.float32), x32)
+
+
+def _operand_as_fp32(interpreter, handle, tf32: bool) -> np.ndarray:
+    tl = interpreter.tl
+    dtype = handle.dtype  # the element type: the interpreter keeps shapes in the numpy data
+    data = handle.data
+    if dtype == tl.bfloat16:
+        return _bf16_bits_to_fp32(data)
+    if dtype.is_floating() and dtype.primitive_bitwidth == 8:
+        # FP8 formats: the interpreter's own decoder to FP16 is exact for every FP8 value.
+        return interpreter._convert_float(data, dtype, tl.float16, None).view(np.float16).astype(np.float32)
+    if dtype == tl.float16:
+        return data.astype(np.float32)
+    if dtype == tl.float32:
+        return _round_to_tf32(data) if tf32 else data.astype(np.float32)
+    raise TypeError(f"interpreter dot patch: unexpected floating operand dtype {dtype}")
+
+
+def _make_create_dot(interpreter, original_create_dot):
+    tl = interpreter.tl
+    tf32_precision = interpreter._ir.INPUT_PRECISION.TF32
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        a_dtype, b_dtype = a.dtype, b.dtype
+        if a_dtype.is_int() or b_dtype.is_int() or a_dtype == tl.float64 or b_dtype == tl.float64:
+            return original_create_dot(self, a, b, d, input_precision, max_num_imprecise_acc)
+        tf32 = input_precision == tf32_precision
+        a32 = _operand_as_fp32(interpreter, a, tf32)
+        b32 = _operand_as_fp32(interpreter, b, tf32)
+        # The accumulator is FP32, or FP16 for an FP16 dot with out_dtype=float16 (Triton refuses a
+        # BF16 accumulator). An FP16 accumulator is summed in FP32 here and rounded once.
+        out32 = np.matmul(a32, b32, dtype=np.float32) + d.data.astype(np.float32)
+        return interpreter.TensorHandle(out32.astype(d.data.dtype), d.dtype)
+
+    setattr(create_dot, _PATCH_MARKER, True)
+    return create_dot
+
+
+def is_applied() -> bool:
+    """Whether the interpreter's dot is the patched one (for records and test preconditions)."""
+    builder = _interpreter_module().InterpreterBuilder
+    return getattr(builder.create_dot, _PATCH_MARKER, False)
+
+
+def apply() -> None:
+    """Patch the Triton interpreter's `tl.dot` (idempotent; inert for compiled GPU kernels)."""
+    interpreter = _interpreter_module()
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_dot, _PATCH_MARKER, False):
+        return
+    params = tuple(inspect.signature(builder.create_dot).parameters)
+    if params != _EXPECTED_PARAMS:
+        raise RuntimeError(
+            f"triton.runtime.interpreter.InterpreterBuilder.create_dot has parameters {params}; "
+            f"the dot patch was written for {_EXPECTED_PARAMS} (triton 3.6.0): re-check it against this Triton"
+        )
+    builder.create_dot = _make_create_dot(interpreter, builder.create_dot)

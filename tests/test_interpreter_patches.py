@@ -1,0 +1,121 @@
+"""The interpreter's tl.dot, patched, computes what the GPU computes: BF16/FP16 operands decoded and
+multiplied in FP32, FP32 operands rounded to TF32 unless input_precision is "ieee" (or "tf32x3")."""
+
+import os
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+
+from harness import interpreter_patches
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") != "1", reason="patches the Triton interpreter (TRITON_INTERPRET=1)"
+)
+
+# M x K @ K x N, not powers of two where masks allow, small enough for the interpreter.
+M, N, K = 5, 24, 40
+BM, BN, BK = 16, 32, 16  # K loop of 3 steps, last one masked: the accumulator is carried
+
+
+@triton.jit
+def _matmul_kernel(
+    a_ptr, b_ptr, c_ptr, M, N, K, PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr
+):
+    # a [M, K] row-major, b [N, K] row-major (a weight), c [M, N] FP32 = a @ b^T.
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    acc = tl.zeros((BM, BN), dtype=tl.float32)
+    for k0 in range(0, K, BK):
+        rk = k0 + tl.arange(0, BK)
+        a = tl.load(a_ptr + rm[:, None] * K + rk[None, :], mask=(rm[:, None] < M) & (rk[None, :] < K), other=0.0)
+        b = tl.load(b_ptr + rn[None, :] * K + rk[:, None], mask=(rn[None, :] < N) & (rk[:, None] < K), other=0.0)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    tl.store(c_ptr + rm[:, None] * N + rn[None, :], acc, mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+
+@triton.jit
+def _matmul_f16_acc_kernel(a_ptr, b_ptr, c_ptr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+    # One tile, FP16 accumulator (out_dtype=float16): the result must still be the FP16 product.
+    rm = tl.arange(0, BM)
+    rn = tl.arange(0, BN)
+    rk = tl.arange(0, BK)
+    a = tl.load(a_ptr + rm[:, None] * BK + rk[None, :])
+    b = tl.load(b_ptr + rn[None, :] * BK + rk[:, None])
+    c = tl.dot(a, b, out_dtype=tl.float16)
+    tl.store(c_ptr + rm[:, None] * BN + rn[None, :], c)
+
+
+def _matmul(a_MK: torch.Tensor, b_NK: torch.Tensor, precision: str) -> torch.Tensor:
+    c_MN = torch.empty(M, N, dtype=torch.float32)
+    _matmul_kernel[(1,)](a_MK, b_NK, c_MN, M, N, K, PRECISION=precision, BM=BM, BN=BN, BK=BK)
+    return c_MN
+
+
+@pytest.fixture(scope="module", autouse=True)
+def patched():
+    interpreter_patches.apply()
+    yield
+
+
+def _operands(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(M, K, generator=g).to(dtype), torch.randn(N, K, generator=g).to(dtype)
+
+
+def test_apply_is_idempotent():
+    from triton.runtime.interpreter import InterpreterBuilder
+
+    assert interpreter_patches.is_applied()
+    before = InterpreterBuilder.create_dot
+    interpreter_patches.apply()
+    assert InterpreterBuilder.create_dot is before
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_half_dot_matches_fp32_matmul_of_upcast_operands(dtype):
+    a_MK, b_NK = _operands(dtype)
+    c_MN = _matmul(a_MK, b_NK, "ieee")
+    expected_MN = a_MK.double() @ b_NK.double().t()
+    # Products of 8/11-bit mantissas are exact in FP32; only the FP32 sum over K=40 rounds.
+    torch.testing.assert_close(c_MN.double(), expected_MN, rtol=1e-6, atol=1e-5)
+
+
+def test_fp16_accumulator():
+    a_MK, b_NK = (t.to(torch.float16) for t in _operands(torch.float32))
+    a_MK, b_NK = a_MK[:, :BK].contiguous(), b_NK[:, :BK].contiguous()
+    a_pad = torch.zeros(BM, BK, dtype=torch.float16)
+    a_pad[:M] = a_MK
+    b_pad = torch.zeros(BN, BK, dtype=torch.float16)
+    b_pad[:N] = b_NK
+    c = torch.empty(BM, BN, dtype=torch.float16)
+    _matmul_f16_acc_kernel[(1,)](a_pad, b_pad, c, BM=BM, BN=BN, BK=BK)
+    expected = (a_pad.double() @ b_pad.double().t()).to(torch.float16)
+    torch.testing.assert_close(c, expected, rtol=2e-3, atol=2e-3)
+
+
+def test_fp32_ieee_is_exact_and_tf32_is_not():
+    a_MK, b_NK = _operands(torch.float32)
+    expected_MN = a_MK.double() @ b_NK.double().t()
+    scale = expected_MN.abs().max().item()
+    err_ieee = (_matmul(a_MK, b_NK, "ieee").double() - expected_MN).abs().max().item() / scale
+    err_tf32 = (_matmul(a_MK, b_NK, "tf32").double() - expected_MN).abs().max().item() / scale
+    err_tf32x3 = (_matmul(a_MK, b_NK, "tf32x3").double() - expected_MN).abs().max().item() / scale
+    assert err_ieee < 1e-6 and err_tf32x3 < 1e-6
+    # TF32 keeps 10 mantissa bits: per-operand relative error up to 2^-11, far above FP32's.
+    assert 1e-5 < err_tf32 < 1e-2
+
+
+def test_tf32_of_upcast_bf16_is_exact():
+    # BF16 values have 7 mantissa bits: TF32 represents them exactly, so upcast-then-dot is unaffected.
+    a_MK, b_NK = (t.float() for t in _operands(torch.bfloat16))
+    expected_MN = a_MK.double() @ b_NK.double().t()
+    torch.testing.assert_close(_matmul(a_MK, b_NK, "tf32").double(), expected_MN, rtol=1e-6, atol=1e-5)
+
+
+def test_tf32_rounding_is_to_nearest():
+    x = torch.tensor([1.0 + 2.0**-11, 1.0 + 2.0**-12, -(1.0 + 3 * 2.0**-12), float("inf"), float("nan")])
+    got = torch.from_numpy(interpreter_patches._round_to_tf32(x.numpy()))
+    expected = torch.tensor([1.0 + 2.0**-10, 1.0, -(1.0 + 2.0**-10), float("inf"), float("nan")])
+    torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
