@@ -1,4 +1,4 @@
-"""Make the Triton 3.6.0 interpreter's `tl.dot` compute what the GPU computes (TOOLCHAIN.md).
+"""Make the Triton 3.6.0 interpreter's `tl.dot` and FP32 -> BF16 casts compute what the GPU computes.
 
 Under TRITON_INTERPRET=1, `InterpreterBuilder.create_dot` hands the operands' numpy storage to
 `np.matmul`. The interpreter stores BF16 as uint16 bit patterns, so a BF16 dot multiplies the
@@ -14,9 +14,15 @@ bits). `apply()` replaces `create_dot` with a version that:
     instead differs in the last TF32 bit, still ~1e-3 relative error). "tf32x3" and "ieee"
     stay exact FP32. BF16 values upcast to FP32 are exact in TF32, so kernels that upcast BF16
     operands before an FP32 dot see no change;
-  - leaves integer (int8) dots as the interpreter computes them.
+  - leaves integer (int8) and FP64 dots as the interpreter computes them.
 
-The patch changes only the interpreter's builder class: compiled GPU kernels never use it, so
+It also replaces the FP32 -> BF16 cast (`x.to(tl.bfloat16)`, default rounding): the interpreter
+truncates, the GPU rounds to nearest even (cvt.rn.bf16.f32), so without the patch about half of a
+kernel's BF16 outputs are 1 ulp off on CPU and its error against FP64 doubles. Explicit
+`fp_downcast_rounding="rtz"` truncates, as on the GPU (the interpreter's own path mangles FP32
+subnormals there; the patch truncates the bits directly).
+
+The patches change only the interpreter's builder class: compiled GPU kernels never use it, so
 `apply()` is harmless on the GPU machine. It is idempotent, and checks that the method it replaces
 has the signature it was written against, so that a Triton upgrade fails loudly instead of
 silently computing something else.
@@ -28,8 +34,13 @@ import inspect
 
 import numpy as np
 
-_EXPECTED_PARAMS = ("self", "a", "b", "d", "input_precision", "max_num_imprecise_acc")
-_PATCH_MARKER = "_beam_dot_patch"
+# The methods replaced, with the parameters they had in triton 3.6.0.
+_EXPECTED_PARAMS = {
+    "create_dot": ("self", "a", "b", "d", "input_precision", "max_num_imprecise_acc"),
+    "cast_impl": ("self", "src", "dst_type"),
+    "create_fp_to_fp": ("self", "src", "dst_type", "rounding_mode"),
+}
+_PATCH_MARKER = "_beam_interpreter_patch"
 
 
 def _interpreter_module():
@@ -42,6 +53,14 @@ def _interpreter_module():
 def _bf16_bits_to_fp32(bits: np.ndarray) -> np.ndarray:
     """BF16 is the high half of an FP32 word: shifting the bits back is an exact decode."""
     return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _fp32_to_bf16_bits(x32: np.ndarray) -> np.ndarray:
+    """FP32 rounded to BF16 bits, to nearest even, as cvt.rn.bf16.f32 (overflow to inf, NaN stays NaN)."""
+    bits = np.ascontiguousarray(x32, dtype=np.float32).view(np.uint32)
+    rounded = (bits + np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1))) >> np.uint32(16)
+    quiet_nan = (bits >> np.uint32(16)) | np.uint32(0x0040)
+    return np.where(np.isnan(x32), quiet_nan, rounded).astype(np.uint16)
 
 
 def _round_to_tf32(x32: np.ndarray) -> np.ndarray:
@@ -87,22 +106,55 @@ def _make_create_dot(interpreter, original_create_dot):
     return create_dot
 
 
+def _make_cast_impl(interpreter, original_cast_impl):
+    tl = interpreter.tl
+
+    def cast_impl(self, src, dst_type):
+        if src.dtype == tl.float32 and dst_type.scalar == tl.bfloat16:
+            return interpreter.TensorHandle(_fp32_to_bf16_bits(src.data), tl.bfloat16)
+        return original_cast_impl(self, src, dst_type)
+
+    setattr(cast_impl, _PATCH_MARKER, True)
+    return cast_impl
+
+
+def _make_fp_to_fp(interpreter, original_fp_to_fp):
+    tl = interpreter.tl
+    rtz = interpreter._ir.ROUNDING_MODE.RTZ
+
+    def create_fp_to_fp(self, src, dst_type, rounding_mode):
+        if src.dtype == tl.float32 and dst_type.scalar == tl.bfloat16:
+            if rounding_mode == rtz:  # the interpreter's own decoder mangles FP32 subnormals here
+                bits = np.ascontiguousarray(src.data, dtype=np.float32).view(np.uint32)
+                return interpreter.TensorHandle((bits >> np.uint32(16)).astype(np.uint16), tl.bfloat16)
+            return interpreter.TensorHandle(_fp32_to_bf16_bits(src.data), tl.bfloat16)
+        return original_fp_to_fp(self, src, dst_type, rounding_mode)
+
+    setattr(create_fp_to_fp, _PATCH_MARKER, True)
+    return create_fp_to_fp
+
+
+_FACTORIES = {"create_dot": _make_create_dot, "cast_impl": _make_cast_impl, "create_fp_to_fp": _make_fp_to_fp}
+
+
 def is_applied() -> bool:
-    """Whether the interpreter's dot is the patched one (for records and test preconditions)."""
+    """Whether every patch is in place (for records and test preconditions)."""
     builder = _interpreter_module().InterpreterBuilder
-    return getattr(builder.create_dot, _PATCH_MARKER, False)
+    return all(getattr(getattr(builder, name), _PATCH_MARKER, False) for name in _FACTORIES)
 
 
 def apply() -> None:
-    """Patch the Triton interpreter's `tl.dot` (idempotent; inert for compiled GPU kernels)."""
+    """Patch the Triton interpreter's dot and FP32 -> BF16 cast (idempotent; inert for compiled GPU kernels)."""
     interpreter = _interpreter_module()
     builder = interpreter.InterpreterBuilder
-    if getattr(builder.create_dot, _PATCH_MARKER, False):
-        return
-    params = tuple(inspect.signature(builder.create_dot).parameters)
-    if params != _EXPECTED_PARAMS:
-        raise RuntimeError(
-            f"triton.runtime.interpreter.InterpreterBuilder.create_dot has parameters {params}; "
-            f"the dot patch was written for {_EXPECTED_PARAMS} (triton 3.6.0): re-check it against this Triton"
-        )
-    builder.create_dot = _make_create_dot(interpreter, builder.create_dot)
+    for name, factory in _FACTORIES.items():
+        current = getattr(builder, name)
+        if getattr(current, _PATCH_MARKER, False):
+            continue
+        params = tuple(inspect.signature(current).parameters)
+        if params != _EXPECTED_PARAMS[name]:
+            raise RuntimeError(
+                f"triton.runtime.interpreter.InterpreterBuilder.{name} has parameters {params}; the patch was "
+                f"written for {_EXPECTED_PARAMS[name]} (triton 3.6.0): re-check it against this Triton"
+            )
+        setattr(builder, name, factory(interpreter, current))

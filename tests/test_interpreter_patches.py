@@ -1,5 +1,6 @@
-"""The interpreter's tl.dot, patched, computes what the GPU computes: BF16/FP16 operands decoded and
-multiplied in FP32, FP32 operands rounded to TF32 unless input_precision is "ieee" (or "tf32x3")."""
+"""The interpreter, patched, computes what the GPU computes: tl.dot decodes BF16/FP16 operands and
+multiplies in FP32, rounds FP32 operands to TF32 unless input_precision is "ieee" (or "tf32x3");
+FP32 -> BF16 casts round to nearest even (truncate with rtz)."""
 
 import os
 
@@ -68,9 +69,10 @@ def test_apply_is_idempotent():
     from triton.runtime.interpreter import InterpreterBuilder
 
     assert interpreter_patches.is_applied()
-    before = InterpreterBuilder.create_dot
+    names = ("create_dot", "cast_impl", "create_fp_to_fp")
+    before = [getattr(InterpreterBuilder, name) for name in names]
     interpreter_patches.apply()
-    assert InterpreterBuilder.create_dot is before
+    assert [getattr(InterpreterBuilder, name) for name in names] == before
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -119,3 +121,42 @@ def test_tf32_rounding_is_to_nearest():
     got = torch.from_numpy(interpreter_patches._round_to_tf32(x.numpy()))
     expected = torch.tensor([1.0 + 2.0**-10, 1.0, -(1.0 + 2.0**-10), float("inf"), float("nan")])
     torch.testing.assert_close(got, expected, equal_nan=True, rtol=0, atol=0)
+
+
+@triton.jit
+def _to_bf16_kernel(x_ptr, rne_ptr, rtz_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(rne_ptr + offs, x.to(tl.bfloat16), mask=offs < n)
+    tl.store(rtz_ptr + offs, x.to(tl.bfloat16, fp_downcast_rounding="rtz"), mask=offs < n)
+
+
+def test_fp32_to_bf16_cast_rounds_to_nearest_even():
+    g = torch.Generator().manual_seed(1)
+    one_ulp = 2.0**-7
+    specials = [
+        1.0 + one_ulp / 2,  # tie, even neighbour below: stays 1.0
+        1.0 + 3 * one_ulp / 2,  # tie, even neighbour above
+        -(1.0 + one_ulp * 0.75),  # rounds away from truncation
+        3.3895e38,  # rounds up to inf
+        1e-40,  # subnormal
+        float("inf"),
+        -float("inf"),
+        0.0,
+        -0.0,
+    ]
+    x = torch.cat([torch.tensor(specials), torch.randn(100, generator=g) * 10.0 ** torch.randint(-30, 30, (100,))])
+    rne = torch.empty(x.numel(), dtype=torch.bfloat16)
+    rtz = torch.empty(x.numel(), dtype=torch.bfloat16)
+    _to_bf16_kernel[(1,)](x, rne, rtz, x.numel(), BLOCK=128)
+    assert torch.equal(rne.view(torch.int16), x.to(torch.bfloat16).view(torch.int16))
+    truncated = (x.view(torch.int32) >> 16).to(torch.int16)
+    assert torch.equal(rtz.view(torch.int16), truncated)
+
+
+def test_fp32_to_bf16_keeps_nan():
+    x = torch.tensor([float("nan"), 1.0])
+    rne = torch.empty(2, dtype=torch.bfloat16)
+    rtz = torch.empty(2, dtype=torch.bfloat16)
+    _to_bf16_kernel[(1,)](x, rne, rtz, 2, BLOCK=2)
+    assert rne[0].isnan() and rne[1] == 1.0
