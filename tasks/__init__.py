@@ -6,11 +6,17 @@
 
 from __future__ import annotations
 
-from tasks import fuse_norm
+from tasks import dense_act, fuse_norm, moe_route, output_gate, qk_norm_rope, qkv_gate_gemm, router_gemm
 from tasks.task import Task
 
 TASKS: dict[str, Task] = {
     "fuse_norm": fuse_norm.TASK,
+    "qk_norm_rope": qk_norm_rope.TASK,
+    "output_gate": output_gate.TASK,
+    "router_gemm": router_gemm.TASK,
+    "qkv_gate_gemm": qkv_gate_gemm.TASK,
+    "dense_act": dense_act.TASK,
+    "moe_route": moe_route.TASK,
 }
 
 
