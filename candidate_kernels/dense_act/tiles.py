@@ -1,0 +1,157 @@
+"""dense_act: SwiGLU activation silu(gate) * up in one pass over [T, F] tiles.
+
+Author: human (kernels team, issue 4), hand-written.
+
+Why it is faster: the reference runs six kernels (two upcasts, the sigmoid, two multiplies, the
+downcast), each a round trip of [T, F] through HBM, four of them in FP32. Here each program reads
+a [BLOCK_T, BLOCK_F] tile of gate and up once in 16-byte vectors and writes the BF16 product
+once: 6 bytes per element, the least the op can move. Row strides are arguments, so gate and up
+may be the two halves of one packed [T, 2F] GEMM output without a copy.
+
+Floor (bytes / 4275 GB/s, bytes = 3*T*F*2, F = 20480):
+  T=1      123 KB -> 0.03 us: latency bound, the floor is the launch (~2 us graph replay)
+  T=16384  2.01 GB -> 470.9 us at the copy ceiling; torch.compile measured 462 us (a 2:1
+           read:write mix streams a little faster than a copy), the goal is not slower than it.
+Measured on the H200: not yet (run by the lead; see the report of issue 4).
+
+Numerics (reference_model/ops.py swiglu):
+  out = bf16((g * sigmoid(g)) * u),  g = f32(gate), u = f32(up)      one rounding point
+- sigmoid as torch's CUDA kernel computes it: 1 / (1 + expf(-g)) with the accurate expf and an
+  IEEE division: libdevice's __nv_expf and tl.math.div_rn on the GPU (Triton's `/` is the
+  approximate div.full.f32). The interpreter has no libdevice: tl.exp there, chosen at import.
+- Products in torch's order, (g * s) * u, each rounded to FP32; no multiply feeds an add, and the
+  kernel is launched with enable_fp_fusion=False like its siblings.
+
+Launch: a 1-D grid over [BLOCK_T, BLOCK_F] tiles, F-tiles fastest so that neighbouring programs
+stream neighbouring memory. Autotuned per (F, T bucket): at T = 1 small tiles (1 x 1024 -> 20
+programs) spread the 123 KB over 20 SMs; at T = 16384 larger tiles (up to 32 KB of input per
+program) keep more bytes in flight per SM and amortize the index math.
+
+Shape legend: T tokens, F dense d_ff.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+CANDIDATE = {
+    "author": "human",
+    "model": None,
+    "parent": None,
+    "idea": "2-D tiles of gate/up in 16-byte vectors, sigmoid as 1/(1+expf(-g)) with IEEE division, strided rows",
+}
+
+# TRITON_INTERPRET is read when kernels are decorated; the interpreter has no libdevice and runs
+# one config only (no autotuning), so both choices are made here, once, at import.
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+if _INTERPRET:
+
+    @triton.jit
+    def _expf(x):
+        return tl.exp(x)
+
+else:
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _expf(x):
+        return libdevice.exp(x)
+
+
+def _configs() -> list[triton.Config]:
+    if _INTERPRET:
+        return [triton.Config({"BLOCK_T": 2, "BLOCK_F": 64}, num_warps=1)]
+    shapes = ((1, 512, 2), (1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 8), (2, 2048, 8), (4, 1024, 8))
+    return [triton.Config({"BLOCK_T": bt, "BLOCK_F": bf}, num_warps=w) for bt, bf, w in shapes]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop tiles much wider or taller than the problem: they only add masked lanes."""
+    n_rows, n_cols = named_args["n_rows"], named_args["n_cols"]
+    fit = [
+        c
+        for c in configs
+        if c.kwargs["BLOCK_F"] <= max(512, triton.next_power_of_2(n_cols))
+        and c.kwargs["BLOCK_T"] <= triton.next_power_of_2(n_rows)
+    ]
+    return fit or configs[:1]
+
+
+def _rows_bucket(T: int) -> int:
+    """Autotuning key for the token count: the next power of two, capped (1, 4, 8, 64, 1024, 16384)."""
+    return min(triton.next_power_of_2(T), 16384)
+
+
+@triton.autotune(configs=_configs(), key=["n_cols", "rows_bucket"], prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _swiglu_kernel(
+    gate_ptr,
+    up_ptr,
+    out_ptr,
+    n_rows,
+    n_cols,
+    stride_gate_t,
+    stride_gate_f,
+    stride_up_t,
+    stride_up_f,
+    rows_bucket,  # read only by the autotuner's key
+    BLOCK_T: tl.constexpr,
+    BLOCK_F: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    n_col_tiles = tl.cdiv(n_cols, BLOCK_F)
+    rows = (pid // n_col_tiles).to(tl.int64) * BLOCK_T + tl.arange(0, BLOCK_T)
+    cols = (pid % n_col_tiles) * BLOCK_F + tl.arange(0, BLOCK_F)
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+
+    g = tl.load(gate_ptr + rows[:, None] * stride_gate_t + cols[None, :] * stride_gate_f, mask=mask, other=0.0)
+    u = tl.load(up_ptr + rows[:, None] * stride_up_t + cols[None, :] * stride_up_f, mask=mask, other=0.0)
+    g = g.to(tl.float32)
+    # silu(g) = g * sigmoid(g), sigmoid = 1 / (1 + expf(-g)) as torch computes it (div_rn: IEEE).
+    silu = g * tl.math.div_rn(1.0, 1.0 + _expf(-g))
+    out = (silu * u.to(tl.float32)).to(tl.bfloat16)  # the one rounding point
+    tl.store(out_ptr + rows[:, None] * n_cols + cols[None, :], out, mask=mask)
+
+
+def swiglu(gate_TF: torch.Tensor, up_TF: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, BF16 out of the inputs' shape (contiguous), as ops.swiglu.
+
+    [T, F] in the dense MLP; leading dims (the experts' [P, 1, F]) are flattened into rows when
+    that is a view: the launcher never copies an input.
+    """
+    if gate_TF.shape != up_TF.shape or gate_TF.dim() == 0:
+        raise ValueError(
+            f"gate and up must have one shape [..., F]; got {tuple(gate_TF.shape)} and {tuple(up_TF.shape)}"
+        )
+    F = gate_TF.shape[-1]
+    out = torch.empty(gate_TF.shape, dtype=torch.bfloat16, device=gate_TF.device)
+    if out.numel() == 0:
+        return out
+    try:
+        gate_2d, up_2d = gate_TF.view(-1, F), up_TF.view(-1, F)
+    except RuntimeError as e:
+        raise ValueError(
+            f"gate and up leading dims must flatten without a copy; got strides {gate_TF.stride()} and {up_TF.stride()}"
+        ) from e
+    T = gate_2d.shape[0]
+
+    def grid(meta):
+        return (triton.cdiv(T, meta["BLOCK_T"]) * triton.cdiv(F, meta["BLOCK_F"]),)
+
+    _swiglu_kernel[grid](
+        gate_2d,
+        up_2d,
+        out,
+        T,
+        F,
+        *gate_2d.stride(),
+        *up_2d.stride(),
+        _rows_bucket(T),
+        enable_fp_fusion=False,
+    )
+    return out

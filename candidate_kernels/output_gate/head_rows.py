@@ -1,0 +1,161 @@
+"""output_gate: o * sigmoid(g + b[h]) over tiles of (token, head) rows, one pass.
+
+Author: human (kernels team, issue 4), hand-written.
+
+Why it is faster: the reference runs five kernels (two upcasts, the bias add, the sigmoid, the
+multiply and the downcast), each a round trip of [T, H, Dh] through HBM in FP32. Here each
+program reads a tile of BLOCK_R (token, head) rows of o and g once in 16-byte vectors, loads the
+BLOCK_R biases it needs, and writes the gated BF16 tile once: 6 bytes per element, the least the
+op can move. There is no library kernel for this op (tasks/output_gate.py).
+
+Floor (bytes / 4275 GB/s, bytes = 3*T*H*Dh*2 + H*bias bytes, H*Dh = 6144):
+  T=1      37 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
+  T=16384  604 MB -> 141.3 us (goal <= 143 us; torch.compile measured 144 us)
+Measured on the H200: not yet (run by the lead; see the report of issue 4).
+
+Numerics (reference_model/ops.py output_gate, BEAM.md §3.6):
+  out = bf16(f32(o) * sigmoid(f32(g) + f32(b[h])))     one rounding point
+- sigmoid is computed as torch's CUDA kernel does: 1 / (1 + expf(-z)), the accurate expf and an
+  IEEE division. On the GPU: libdevice's __nv_expf (what CUDA's expf is) and tl.math.div_rn
+  (div.rn.f32; Triton's `/` is the approximate div.full.f32, up to 2 ulp off). The interpreter
+  has no libdevice: there the exp is tl.exp (numpy's expf), chosen at import time.
+- No multiply feeds an add here, so FMA contraction cannot change a result; the kernel is still
+  launched with enable_fp_fusion=False so that the file reads like its siblings' contract.
+
+Launch: grid = cdiv(T*H, BLOCK_R) programs over the flattened (token, head) rows; a row is one
+head of Dh = 128 contiguous elements (16 threads x 8 BF16), so every load is a 16-byte vector and
+the bias is one scalar per row. Autotuned per (H, Dh, T bucket) over BLOCK_R x num_warps: at T = 1
+(48 rows) small tiles spread the work over several SMs, each program's latency is one load round
+trip; at T = 16384 (786432 rows) larger tiles amortize the per-program index math and keep
+more bytes in flight per SM.
+
+Shape legend: T tokens, H query heads, Dh head dim, R flattened (token, head) rows.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+CANDIDATE = {
+    "author": "human",
+    "model": None,
+    "parent": None,
+    "idea": "tiles of (token, head) rows, bias gathered per row, sigmoid as 1/(1+expf(-z)) with IEEE division",
+}
+
+# TRITON_INTERPRET is read when kernels are decorated; the interpreter has no libdevice and runs
+# one config only (no autotuning), so both choices are made here, once, at import.
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+if _INTERPRET:
+
+    @triton.jit
+    def _expf(x):
+        return tl.exp(x)
+
+else:
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _expf(x):
+        return libdevice.exp(x)
+
+
+def _configs() -> list[triton.Config]:
+    if _INTERPRET:
+        return [triton.Config({"BLOCK_R": 4}, num_warps=1)]
+    return [
+        triton.Config({"BLOCK_R": block_r}, num_warps=warps)
+        for block_r, warps in ((4, 1), (8, 2), (16, 4), (32, 4), (32, 8), (64, 8), (128, 8))
+    ]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Drop tiles far larger than the problem (T = 1 has 48 rows): they only add masked lanes."""
+    n_rows = named_args["n_rows"]
+    fit = [c for c in configs if c.kwargs["BLOCK_R"] <= max(4, triton.next_power_of_2(n_rows))]
+    return fit or configs[:1]
+
+
+def _rows_bucket(T: int) -> int:
+    """Autotuning key for the token count: the next power of two, capped (1, 4, 8, 64, 1024, 16384)."""
+    return min(triton.next_power_of_2(T), 16384)
+
+
+@triton.autotune(
+    configs=_configs(),
+    key=["N_HEADS", "HEAD_DIM", "rows_bucket"],
+    prune_configs_by={"early_config_prune": _prune},
+)
+@triton.jit
+def _output_gate_kernel(
+    o_ptr,
+    g_ptr,
+    bias_ptr,
+    out_ptr,
+    n_rows,
+    stride_o_t,
+    stride_o_h,
+    stride_o_d,
+    stride_g_t,
+    stride_g_h,
+    stride_g_d,
+    rows_bucket,  # read only by the autotuner's key
+    N_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_DH: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+):
+    rows_R = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    token_R = rows_R // N_HEADS  # N_HEADS is a compile-time constant: a multiply-shift, no division
+    head_R = rows_R % N_HEADS
+    d = tl.arange(0, BLOCK_DH)
+    mask = (rows_R < n_rows)[:, None] & (d < HEAD_DIM)[None, :]
+
+    o_offs = token_R[:, None] * stride_o_t + head_R[:, None] * stride_o_h + d[None, :] * stride_o_d
+    g_offs = token_R[:, None] * stride_g_t + head_R[:, None] * stride_g_h + d[None, :] * stride_g_d
+    o = tl.load(o_ptr + o_offs, mask=mask, other=0.0).to(tl.float32)
+    g = tl.load(g_ptr + g_offs, mask=mask, other=0.0).to(tl.float32)
+    bias_R = tl.load(bias_ptr + head_R, mask=rows_R < n_rows, other=0.0).to(tl.float32)
+
+    # sigmoid(z) = 1 / (1 + expf(-z)) in FP32, torch's formula; div_rn is the IEEE division.
+    z = g + bias_R[:, None]
+    gate = tl.math.div_rn(1.0, 1.0 + _expf(-z))
+    out = (o * gate).to(tl.bfloat16)  # the one rounding point
+    tl.store(out_ptr + rows_R[:, None] * HEAD_DIM + d[None, :], out, mask=mask)
+
+
+def output_gate(o_THD: torch.Tensor, g_THD: torch.Tensor, bias_H: torch.Tensor) -> torch.Tensor:
+    """o * sigmoid(g + b[h]), BF16 out [T, H, Dh] (contiguous), as ops.output_gate."""
+    if o_THD.dim() != 3 or o_THD.shape != g_THD.shape:
+        raise ValueError(f"o_THD and g_THD must both be [T, H, Dh]; got {tuple(o_THD.shape)} and {tuple(g_THD.shape)}")
+    T, H, Dh = o_THD.shape
+    if bias_H.shape != (H,):
+        raise ValueError(f"bias_H must be [{H}] (one per head); got {tuple(bias_H.shape)}")
+    out_THD = torch.empty((T, H, Dh), dtype=torch.bfloat16, device=o_THD.device)
+    n_rows = T * H
+    if n_rows == 0 or Dh == 0:
+        return out_THD
+
+    def grid(meta):
+        return (triton.cdiv(n_rows, meta["BLOCK_R"]),)
+
+    _output_gate_kernel[grid](
+        o_THD,
+        g_THD,
+        bias_H.contiguous(),
+        out_THD,
+        n_rows,
+        *o_THD.stride(),
+        *g_THD.stride(),
+        _rows_bucket(T),
+        N_HEADS=H,
+        HEAD_DIM=Dh,
+        BLOCK_DH=triton.next_power_of_2(Dh),
+        enable_fp_fusion=False,
+    )
+    return out_THD
