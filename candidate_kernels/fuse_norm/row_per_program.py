@@ -147,26 +147,31 @@ def _fuse_norm_kernel(
     tail_cols = HEAD_ROWS * WIDTH + tl.arange(0, WIDTH)
     tail_mask = tail_cols < N_COLS
 
-    # Every load of the row is issued before any arithmetic so that they overlap.
-    y_head = tl.load(y_row + head_cols * stride_y_d).to(tl.float32)
-    h_head = tl.load(h_row + head_cols * stride_h_d).to(tl.float32)
+    # Every load of the row is issued before any arithmetic so that they overlap. y and h are read
+    # once (evict_first); the weights are re-read by every row on the SM and should stay in L1.
+    y_head = tl.load(y_row + head_cols * stride_y_d, eviction_policy="evict_first").to(tl.float32)
+    h_head = tl.load(h_row + head_cols * stride_h_d, eviction_policy="evict_first").to(tl.float32)
     y_tail = y_head  # placeholders; only read when HAS_TAIL
     h_tail = h_head
     if HAS_TAIL:
-        y_tail = tl.load(y_row + tail_cols * stride_y_d, mask=tail_mask, other=0.0).to(tl.float32)
-        h_tail = tl.load(h_row + tail_cols * stride_h_d, mask=tail_mask, other=0.0).to(tl.float32)
+        y_tail = tl.load(y_row + tail_cols * stride_y_d, mask=tail_mask, other=0.0, eviction_policy="evict_first")
+        h_tail = tl.load(h_row + tail_cols * stride_h_d, mask=tail_mask, other=0.0, eviction_policy="evict_first")
+        y_tail = y_tail.to(tl.float32)
+        h_tail = h_tail.to(tl.float32)
 
     # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1). Masked lanes hold 0.
     inv_rms_y = _rsqrt(_sum_of_squares(y_head, y_tail, HAS_TAIL) * (1.0 / N_COLS) + eps)
-    post_head = (y_head * inv_rms_y * tl.load(post_w_ptr + head_cols).to(tl.float32)).to(tl.bfloat16)
+    post_head = (y_head * inv_rms_y * tl.load(post_w_ptr + head_cols, eviction_policy="evict_last").to(tl.float32)).to(
+        tl.bfloat16
+    )
     # Depth-scaled residual: h*a and post*b each rounded to FP32 before the add (no FMA, see header),
     # the sum rounded to BF16 (rounding point 2) and stored at once.
     h_new_head = (h_head * coef_h + post_head.to(tl.float32) * coef_post).to(tl.bfloat16)
     tl.store(h_out_ptr + row * N_COLS + head_cols, h_new_head)
     h_new_tail = h_new_head
     if HAS_TAIL:
-        post_w_tail = tl.load(post_w_ptr + tail_cols, mask=tail_mask, other=0.0).to(tl.float32)
-        post_tail = (y_tail * inv_rms_y * post_w_tail).to(tl.bfloat16)
+        post_w_tail = tl.load(post_w_ptr + tail_cols, mask=tail_mask, other=0.0, eviction_policy="evict_last")
+        post_tail = (y_tail * inv_rms_y * post_w_tail.to(tl.float32)).to(tl.bfloat16)
         h_new_tail = (h_tail * coef_h + post_tail.to(tl.float32) * coef_post).to(tl.bfloat16)
         tl.store(h_out_ptr + row * N_COLS + tail_cols, h_new_tail, mask=tail_mask)
 
@@ -175,11 +180,13 @@ def _fuse_norm_kernel(
     h_new_head32 = h_new_head.to(tl.float32)
     h_new_tail32 = h_new_tail.to(tl.float32)
     inv_rms_h = _rsqrt(_sum_of_squares(h_new_head32, h_new_tail32, HAS_TAIL) * (1.0 / N_COLS) + eps)
-    x_head = (h_new_head32 * inv_rms_h * tl.load(pre_w_ptr + head_cols).to(tl.float32)).to(tl.bfloat16)
+    x_head = (
+        h_new_head32 * inv_rms_h * tl.load(pre_w_ptr + head_cols, eviction_policy="evict_last").to(tl.float32)
+    ).to(tl.bfloat16)
     tl.store(x_out_ptr + row * N_COLS + head_cols, x_head)  # rounding point 3
     if HAS_TAIL:
-        pre_w_tail = tl.load(pre_w_ptr + tail_cols, mask=tail_mask, other=0.0).to(tl.float32)
-        x_tail = (h_new_tail32 * inv_rms_h * pre_w_tail).to(tl.bfloat16)
+        pre_w_tail = tl.load(pre_w_ptr + tail_cols, mask=tail_mask, other=0.0, eviction_policy="evict_last")
+        x_tail = (h_new_tail32 * inv_rms_h * pre_w_tail.to(tl.float32)).to(tl.bfloat16)
         tl.store(x_out_ptr + row * N_COLS + tail_cols, x_tail, mask=tail_mask)
 
 

@@ -118,8 +118,9 @@ def _output_gate_kernel(
 
     o_offs = token_R[:, None] * stride_o_t + head_R[:, None] * stride_o_h + d[None, :] * stride_o_d
     g_offs = token_R[:, None] * stride_g_t + head_R[:, None] * stride_g_h + d[None, :] * stride_g_d
-    o = tl.load(o_ptr + o_offs, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + g_offs, mask=mask, other=0.0).to(tl.float32)
+    # o and g are read once (evict_first); the 48 biases are re-read by every program (L1).
+    o = tl.load(o_ptr + o_offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    g = tl.load(g_ptr + g_offs, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
     bias_R = tl.load(bias_ptr + head_R, mask=rows_R < n_rows, other=0.0).to(tl.float32)
 
     # sigmoid(z) = 1 / (1 + expf(-z)) in FP32, torch's formula; div_rn is the IEEE division.

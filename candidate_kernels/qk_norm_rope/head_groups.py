@@ -114,8 +114,9 @@ def _norm_and_position(
     """One tile of heads given as their halves x1 = x[..., :Dh/2], x2 = x[..., Dh/2:] (FP32):
     RMSNorm per head (rounding point 1), then RoPE, the SSMax scale (SCALE) or nothing
     (rounding point 2). Returns the two BF16 halves."""
-    w1 = tl.load(w_ptr + d, mask=d_mask, other=0.0).to(tl.float32)
-    w2 = tl.load(w_ptr + HALF + d, mask=d_mask, other=0.0).to(tl.float32)
+    # The norm weights are re-read by every program on the SM: keep them in L1 (evict_last).
+    w1 = tl.load(w_ptr + d, mask=d_mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    w2 = tl.load(w_ptr + HALF + d, mask=d_mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     # Masked lanes (d >= Dh/2, or heads past the last) hold 0 and add nothing to the sums.
     sum_sq = tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)
     inv_rms = _rsqrt(sum_sq * (1.0 / (2 * HALF)) + eps)[:, None]
@@ -147,8 +148,10 @@ def _query_program(
     heads = group * Q_HEADS + tl.arange(0, Q_HEADS)
     mask = (heads < N_Q_HEADS)[:, None] & d_mask[None, :]
     q_row = q_ptr + token * stride_q_t + heads[:, None] * stride_q_h
-    q1 = tl.load(q_row + d[None, :] * stride_q_d, mask=mask, other=0.0).to(tl.float32)
-    q2 = tl.load(q_row + (HALF + d[None, :]) * stride_q_d, mask=mask, other=0.0).to(tl.float32)
+    q1 = tl.load(q_row + d[None, :] * stride_q_d, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    q2 = tl.load(q_row + (HALF + d[None, :]) * stride_q_d, mask=mask, other=0.0, eviction_policy="evict_first").to(
+        tl.float32
+    )
     if IS_ROPE:
         scale = 1.0
     else:
@@ -179,10 +182,12 @@ def _key_value_program(
     keep = mask & (slot >= 0)  # slot -1: a token the cache does not keep; its writes are skipped
     k_row = k_ptr + token * stride_k_t + heads[:, None] * stride_k_h
     v_row = v_ptr + token * stride_v_t + heads[:, None] * stride_v_h
-    k1 = tl.load(k_row + d[None, :] * stride_k_d, mask=mask, other=0.0).to(tl.float32)
-    k2 = tl.load(k_row + (HALF + d[None, :]) * stride_k_d, mask=mask, other=0.0).to(tl.float32)
-    v1 = tl.load(v_row + d[None, :] * stride_v_d, mask=keep, other=0.0)
-    v2 = tl.load(v_row + (HALF + d[None, :]) * stride_v_d, mask=keep, other=0.0)
+    k1 = tl.load(k_row + d[None, :] * stride_k_d, mask=mask, other=0.0, eviction_policy="evict_first").to(tl.float32)
+    k2 = tl.load(k_row + (HALF + d[None, :]) * stride_k_d, mask=mask, other=0.0, eviction_policy="evict_first").to(
+        tl.float32
+    )
+    v1 = tl.load(v_row + d[None, :] * stride_v_d, mask=keep, other=0.0, eviction_policy="evict_first")
+    v2 = tl.load(v_row + (HALF + d[None, :]) * stride_v_d, mask=keep, other=0.0, eviction_policy="evict_first")
     # Keys are rotated on sliding layers and never scaled (SSMax scales queries only).
     o1, o2 = _norm_and_position(
         k1, k2, k_w_ptr, d, d_mask, cos_sin_row_ptr, stride_cs_d, 1.0, eps, HALF, IS_ROPE, False
