@@ -131,10 +131,10 @@ PRESETS: dict[str, BeamConfig] = {
 }
 # Layers 0..5 at full width: 3 dense, 3 MoE with all 256 experts, layer 5 global (the last).
 PRESETS["beam-slice"] = PRESETS["beam"].replace(name="beam-slice", n_layers=6)
-# Same structure, small sizes, every feature present: two dense and four MoE layers, global layers
-# 2 and 5 (one dense, one MoE), a window of 8 so that tests cross it, GQA groups of 2, grouped
-# routing with 4 groups of 4 experts. Widths are deliberately not powers of two (except head_dim,
-# which Triton's block shapes need) so that kernels must mask.
+# Same structure, small sizes, every feature present: three dense and three MoE layers as in
+# beam-slice, global layers 2 and 5 (one dense, one MoE), a window of 8 so that tests cross it,
+# GQA groups of 2, grouped routing with 4 groups of 4 experts. Widths are deliberately not powers
+# of two (except head_dim, which Triton's block shapes need) so that kernels must mask.
 PRESETS["beam-tiny"] = BeamConfig(
     name="beam-tiny",
     n_layers=6,
@@ -143,7 +143,7 @@ PRESETS["beam-tiny"] = BeamConfig(
     n_heads=4,
     n_kv_heads=2,
     head_dim=16,
-    n_dense_layers=2,
+    n_dense_layers=3,
     dense_ff=160,
     n_experts=16,
     n_groups=4,

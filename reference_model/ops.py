@@ -21,8 +21,8 @@ k top-k, P table positions, S cache slots, N packed projection rows.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -113,8 +113,9 @@ def qk_norm_rope(
     q_n = bf16(rmsnorm_Dh(q) * q_norm_weight), k_n likewise            rounding point 1
     sliding: q' = bf16(rope(f32(q_n))), k' = bf16(rope(f32(k_n)))     rounding point 2
     global:  q' = bf16(f32(q_n) * ssmax[pos]),  k' = k_n               (keys are not scaled)
-    Writes k' and v into the caches at rows slot_mapping_T (in place). Returns (q', k'): the queries for attention and the keys just written,
-    which prefill attention needs because a window's ring may already have been overwritten.
+    Writes k' and v into the caches at rows slot_mapping_T (in place). Returns (q', k'): the queries
+    for attention and the keys just written, which prefill attention needs because a window's ring
+    may already have been overwritten.
     """
     if (rope_cos_sin_PD is None) == (ssmax_scale_P is None):
         raise ValueError("qk_norm_rope needs exactly one of rope_cos_sin_PD (sliding) and ssmax_scale_P (global)")

@@ -1,0 +1,367 @@
+"""The reference model, its KV cache and weights (CPU, beam-tiny; counts from a meta-device beam).
+
+Parity tolerance between two paths of the model (prefill against decode, batched against alone):
+per token, ||logits_a - logits_b|| / ||logits_b|| <= LOGITS_TOL. The two paths run the same ops
+on different shapes: the GEMMs see different row counts, MoE uses its gather formulation in decode
+(T * top_k <= E) and its per-expert loop in prefill (another FP32 summation order), attention sums
+over another set of keys. Any of these may move an FP32 value across a BF16 rounding boundary:
+a 1-ulp flip. Measured on beam-tiny, one such flip in one embedding element moves every later
+token's logits by ~1.5% normwise (test_one_ulp_flip_stays_within_tolerance). LOGITS_TOL allows a
+few flips; the bugs these tests exist for move logits by 30-70% (test_off_by_one_window_is_caught).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+from harness.model_cmd import ModelCheckSettings, ModelInfoSettings, check, describe, info
+from reference_model import ops
+from reference_model.cache import KVCache, fill_synthetic_context
+from reference_model.config import get_config
+from reference_model.model import Beam, parameter_counts
+from reference_model.ops import REFERENCE_OPS
+from reference_model.weights import init_weights, load_safetensors, random_model, save_safetensors
+
+TINY = get_config("beam-tiny")
+LOGITS_TOL = 0.1
+CAPACITY = 64
+
+
+def _rel_err(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Normwise relative error per token (row)."""
+    return (a - b).norm(dim=-1) / b.norm(dim=-1)
+
+
+def _tokens(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(TINY.vocab_size, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _decode_one_by_one(model: Beam, tokens: torch.Tensor) -> torch.Tensor:
+    cache = KVCache(TINY, 1, CAPACITY, "cpu")
+    return torch.cat([model.decode(cache, t.view(1)) for t in tokens])
+
+
+@pytest.fixture(scope="module")
+def model() -> Beam:
+    return random_model("beam-tiny", seed=0)
+
+
+# ---- the full model on the meta device -----------------------------------------------------------
+@pytest.fixture(scope="module")
+def meta_beam() -> Beam:
+    return Beam(get_config("beam"), device="meta")
+
+
+def test_beam_parameter_counts(meta_beam):
+    counts = parameter_counts(meta_beam)
+    assert abs(counts.total - 501.05e9) <= 0.001 * 501.05e9
+    assert counts.embedding == 131072 * 5120  # 0.67B
+    # Attention, dense MLPs, 8 of 256 experts, routers, norms and the LM head: 22.547B, which
+    # BEAM.md rounds to 22.6B.
+    assert abs(counts.active - 22.6e9) <= 0.005 * 22.6e9
+    assert counts.by_part["experts"] == 49 * 256 * 3 * 5120 * 2560
+    assert counts.by_part["attention"] == 52 * (5120 * (6144 + 1024 + 1024 + 6144) + 6144 * 5120 + 48)
+    assert counts.by_part["router"] == 49 * (256 * 5120 + 256)
+
+
+def test_decode_is_free_of_host_synchronization(meta_beam):
+    """On the meta device every data-dependent op (.item(), .tolist(), nonzero, boolean masks,
+    `if tensor:`) raises, so a decode step of the full model that completes there is capturable."""
+    cache = KVCache(meta_beam.cfg, 1, 100352, "meta")
+    logits = meta_beam.decode(cache, torch.zeros(1, dtype=torch.int64, device="meta"))
+    assert logits.shape == (1, 131072) and logits.dtype == torch.float32
+
+
+# Ops that make the host wait for device data: a CUDA-graph capture fails on them.
+SYNCING_OPS = {"aten::_local_scalar_dense", "aten::item", "aten::nonzero", "aten::masked_select", "aten::_unique2"}
+SYNCING_OPS |= {"aten::unique_consecutive", "aten::unique_dim", "aten::equal", "aten::is_nonzero"}
+
+
+def _syncing_ops(fn) -> set[str]:
+    """The syncing aten ops `fn` runs, nested ones included (the profiler records every level)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.name for e in prof.events()} & SYNCING_OPS
+
+
+def test_tiny_decode_runs_no_syncing_op(model):
+    cache = KVCache(TINY, 2, CAPACITY, "cpu")
+    model.prefill(cache, [_tokens(10, 1), _tokens(3, 2)])
+    tokens_B = torch.tensor([5, 6])
+    assert _syncing_ops(lambda: model.decode(cache, tokens_B)) == set()
+    # The check is not blind: prefill legitimately reads lengths and groups MoE tokens on the host.
+    assert {"aten::_local_scalar_dense", "aten::nonzero"} <= _syncing_ops(
+        lambda: model.prefill(cache, [list(range(10))])
+    )
+
+
+# ---- prefill against decode --------------------------------------------------------------------
+def test_prefill_equals_token_by_token_decode_across_the_window(model):
+    tokens = _tokens(20, 10)  # window 8: positions 8.. see a ring that has wrapped once or twice
+    prefill_TV = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens], all_logits=True)
+    decode_TV = _decode_one_by_one(model, tokens)
+    assert float(_rel_err(prefill_TV, decode_TV).max()) <= LOGITS_TOL
+    last = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens])
+    # Only the last token's row reaches the LM head: the same FP32 logits up to the GEMM's row blocking.
+    torch.testing.assert_close(last, prefill_TV[-1:], rtol=1e-5, atol=1e-5)
+
+
+def test_batched_prefill_of_different_lengths_then_batched_decode(model):
+    seqs = [_tokens(n, 20 + n) for n in (20, 13, 5, 9)]
+    cache = KVCache(TINY, 4, CAPACITY, "cpu")
+    batched_TV = model.prefill(cache, seqs, all_logits=True)
+    assert batched_TV.shape == (47, TINY.vocab_size)
+    nxt = _tokens(4, 30)
+    decoded = [model.decode(cache, nxt), model.decode(cache, nxt.flip(0))]
+    for i, (seq, part) in enumerate(zip(seqs, batched_TV.split([20, 13, 5, 9]), strict=True)):
+        alone = _decode_one_by_one(model, torch.cat([seq, nxt[i : i + 1], nxt.flip(0)[i : i + 1]]))
+        assert float(_rel_err(part, alone[: len(seq)]).max()) <= LOGITS_TOL, f"sequence {i} prefill"
+        assert float(_rel_err(torch.stack([d[i] for d in decoded]), alone[len(seq) :]).max()) <= LOGITS_TOL
+    assert cache.lengths() == [22, 15, 7, 11]
+
+
+def test_prefill_on_top_of_an_existing_cache(model):
+    a, b = _tokens(11, 40), _tokens(13, 41)  # b is longer than the window: its head is not kept
+    whole = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [torch.cat([a, b])], all_logits=True)
+    cache = KVCache(TINY, 1, CAPACITY, "cpu")
+    model.prefill(cache, [a])
+    on_top = model.prefill(cache, [b], all_logits=True)
+    assert float(_rel_err(on_top, whole[11:]).max()) <= LOGITS_TOL
+    # Only one of two sequences grows; the other is untouched and continues as if alone.
+    cache2 = KVCache(TINY, 2, CAPACITY, "cpu")
+    model.prefill(cache2, [a, b[:4]])
+    model.prefill(cache2, [b], seq_ids=[0])
+    assert cache2.lengths() == [24, 4]
+    cont = model.prefill(cache2, [b[4:6]], seq_ids=[1], all_logits=True)
+    alone = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [b[:6]], all_logits=True)
+    assert float(_rel_err(cont, alone[4:]).max()) <= LOGITS_TOL
+
+
+def test_off_by_one_window_is_caught(model):
+    """The tolerance is not blind: attention that sees one key too many differs far beyond it."""
+
+    def wide_attention(q, k, v, q_pos, k_pos, window, query_chunk=256):
+        return ops.attention(q, k, v, q_pos, k_pos, None if window is None else window + 1, query_chunk)
+
+    buggy = random_model("beam-tiny", seed=0, ops=dataclasses.replace(REFERENCE_OPS, attention=wide_attention))
+    tokens = _tokens(20, 10)
+    right = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens], all_logits=True)
+    wrong = buggy.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens], all_logits=True)
+    assert torch.equal(wrong[:8], right[:8]), "within the first window nothing differs"
+    assert float(_rel_err(wrong[8:], right[8:]).min()) > 3 * LOGITS_TOL
+
+
+def test_one_ulp_flip_stays_within_tolerance():
+    perturbed = random_model("beam-tiny", seed=0)
+    tokens = _tokens(20, 10)
+    with torch.no_grad():
+        perturbed.embedding.view(torch.int16)[tokens[5], 3] += 1  # the next BF16 value away from zero
+    base = random_model("beam-tiny", seed=0).prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens], all_logits=True)
+    out = perturbed.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens], all_logits=True)
+    err = _rel_err(out, base)
+    assert float(err[:5].max()) == 0 and 0 < float(err[5:].max()) <= LOGITS_TOL / 3
+
+
+# ---- the ops argument, packing and profiler names -------------------------------------------------
+def test_model_calls_the_ops_it_is_given(model):
+    calls: dict[str, int] = {}
+
+    def counting(name, fn):
+        def wrapper(*args, **kwargs):
+            calls[name] = calls.get(name, 0) + 1
+            return fn(*args, **kwargs)
+
+        return wrapper
+
+    counted = {f.name: counting(f.name, getattr(REFERENCE_OPS, f.name)) for f in dataclasses.fields(REFERENCE_OPS)}
+    m = random_model("beam-tiny", seed=0, ops=dataclasses.replace(REFERENCE_OPS, **counted))
+    m.prefill(KVCache(TINY, 2, CAPACITY, "cpu"), [_tokens(5, 1), _tokens(3, 2)])
+    L, n_moe = TINY.n_layers, TINY.n_layers - TINY.n_dense_layers
+    assert calls == {
+        "rms_norm": 1,
+        "norm_residual_norm": 2 * L,
+        "qk_norm_rope": L,
+        "attention": 2 * L,  # one call per sequence
+        "output_gate": L,
+        "linear": 5 * L + 3 * TINY.n_dense_layers,  # q, k, v, gate, o; dense gate, up, down
+        "swiglu": TINY.n_dense_layers,
+        "router_logits": n_moe,
+        "moe_route": n_moe,
+        "moe_experts": n_moe,
+        "lm_head_logits": 1,
+    }
+    broken = random_model("beam-tiny", seed=0, ops=dataclasses.replace(REFERENCE_OPS, output_gate=lambda o, g, b: o))
+    tokens = [_tokens(5, 1)]
+    assert not torch.equal(
+        broken.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), tokens),
+        model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), tokens),
+    )
+
+
+def test_packed_projection_gives_the_same_model(model):
+    packed = random_model("beam-tiny", seed=0, pack_qkv_gate=True)
+    attn = packed.layers[2].attention
+    assert torch.equal(attn.w_qkvg, ops.pack_qkv_gate(attn.wq, attn.wk, attn.wv, attn.wg))
+    assert torch.equal(attn.wq, model.layers[2].attention.wq), "same seed, same checkpoint-layout weights"
+    assert packed.state_dict().keys() == model.state_dict().keys(), "the checkpoint layout stays unpacked"
+    tokens = [_tokens(12, 3)]
+    out_packed = packed.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), tokens, all_logits=True)
+    out_plain = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), tokens, all_logits=True)
+    assert float(_rel_err(out_packed, out_plain).max()) <= LOGITS_TOL
+
+
+def test_profiler_sees_one_range_per_sublayer(model):
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        model.decode(KVCache(TINY, 1, CAPACITY, "cpu"), torch.tensor([1]))
+    names = {e.name for e in prof.events()}
+    expected = {f"L{i}.attention" for i in range(6)} | {"L0.mlp", "L1.mlp", "L2.mlp", "L3.moe", "L4.moe", "L5.moe"}
+    assert expected | {"embedding", "lm_head"} <= names
+    assert "L3.mlp" not in names and "L0.moe" not in names
+
+
+# ---- weights -------------------------------------------------------------------------------------
+def test_same_seed_same_weights_and_realistic_scales(model):
+    again, other = random_model("beam-tiny", seed=0), random_model("beam-tiny", seed=1)
+    for (name, p), p_again, p_other in zip(
+        model.named_parameters(), again.parameters(), other.parameters(), strict=True
+    ):
+        assert torch.equal(p, p_again), name
+        assert not torch.equal(p, p_other), name
+    norm = model.layers[0].attention.pre_norm.float()
+    assert 0.05 < float(norm.std()) < 0.2 and abs(float(norm.mean()) - 1) < 0.05
+    for bias in (model.layers[0].attention.gate_bias, model.layers[4].moe.correction_bias):
+        assert bool(bias.ne(0).all()) and float(bias.abs().max()) < 0.5
+    assert model.layers[4].moe.router.dtype == torch.float32
+    logits = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [_tokens(8, 4)], all_logits=True)
+    assert 0.3 < float(logits.std()) < 3, "activations stay O(1)"
+
+
+def test_safetensors_round_trip(model, tmp_path):
+    path = tmp_path / "tiny.safetensors"
+    save_safetensors(model, path)
+    tokens = [_tokens(10, 5)]
+    expected = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), tokens)
+    loaded = Beam(TINY)
+    init_weights(loaded, seed=7)  # anything but the saved weights
+    load_safetensors(loaded, path)
+    assert torch.equal(loaded.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), tokens), expected)
+    # A packed model loads the unpacked checkpoint into its packed weight, and saves it unpacked again.
+    packed = Beam(TINY, pack_qkv_gate=True)
+    load_safetensors(packed, path)
+    attn = packed.layers[0].attention
+    assert torch.equal(
+        attn.w_qkvg, ops.pack_qkv_gate(*(model.layers[0].attention.get_parameter(w) for w in ("wq", "wk", "wv", "wg")))
+    )
+    save_safetensors(packed, tmp_path / "from_packed.safetensors")
+    reloaded = Beam(TINY)
+    load_safetensors(reloaded, tmp_path / "from_packed.safetensors")
+    assert all(torch.equal(a, b) for a, b in zip(reloaded.parameters(), model.parameters(), strict=True))
+    other = Beam(TINY.replace(name="other", hidden=64))
+    with pytest.raises(ValueError, match="was saved from config"):
+        load_safetensors(other, path)
+
+
+def test_meta_model_cannot_be_initialized(meta_beam):
+    with pytest.raises(ValueError, match="meta device"):
+        init_weights(meta_beam, seed=0)
+
+
+# ---- the cache -----------------------------------------------------------------------------------
+def test_synthetic_context(model):
+    cache = KVCache(TINY, 2, CAPACITY, "cpu")
+    fill_synthetic_context(cache, model, 30, seed=3)
+    assert cache.lengths() == [30, 30]
+    assert cache.global_positions_S[:30].tolist() == list(range(30))
+    assert cache.global_positions_S[30:CAPACITY].eq(-1).all() and cache.global_positions_S[-1] == -1
+    assert sorted(cache.sliding_positions_S[8:16].tolist()) == list(range(22, 30))
+    # Global keys are normalized: divided by the K-norm weight, each head has unit RMS.
+    k_norm = model.layers[2].attention.k_norm.float()
+    k = cache.layers[2].k_SKD[:30].float() / k_norm
+    assert torch.allclose(k.pow(2).mean(dim=-1), torch.ones(30, TINY.n_kv_heads), atol=0.02)
+    again = KVCache(TINY, 2, CAPACITY, "cpu")
+    fill_synthetic_context(again, model, 30, seed=3)
+    assert all(torch.equal(a.k_SKD, b.k_SKD) for a, b in zip(cache.layers, again.layers, strict=True))
+    alone = KVCache(TINY, 1, CAPACITY, "cpu")  # sequence 0's context does not depend on the cache's size
+    fill_synthetic_context(alone, model, 30, seed=3)
+    assert torch.equal(alone.layers[2].v_SKD[:30], cache.layers[2].v_SKD[:30])
+    assert torch.equal(alone.layers[0].k_SKD[:8], cache.layers[0].k_SKD[:8])
+    logits = model.decode(cache, torch.tensor([1, 2]))
+    assert torch.isfinite(logits).all() and cache.lengths() == [31, 31]
+    with pytest.raises(ValueError, match="needs an empty cache"):
+        fill_synthetic_context(cache, model, 5, seed=3)
+    with pytest.raises(ValueError, match="n_tokens must be in 1..capacity=64"):
+        fill_synthetic_context(KVCache(TINY, 1, CAPACITY, "cpu"), model, 65, seed=3)
+
+
+def test_snapshot_restore_replays_identical_steps(model):
+    cache = KVCache(TINY, 2, CAPACITY, "cpu")
+    model.prefill(cache, [_tokens(12, 6), _tokens(7, 7)])
+    snap = cache.snapshot()
+    first = [model.decode(cache, torch.tensor([3, 4])) for _ in range(3)]
+    cache.restore(snap)
+    again = [model.decode(cache, torch.tensor([3, 4])) for _ in range(3)]
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+
+
+def test_decode_past_capacity_never_writes_into_the_next_sequence(model):
+    cache = KVCache(TINY, 2, 10, "cpu")
+    model.prefill(cache, [_tokens(10, 8), _tokens(2, 9)])
+    second_seq_k = cache.layers[2].k_SKD[10:20].clone()
+    with pytest.raises(ValueError, match="sequence 0 holds 10 tokens; 1 more exceed the cache capacity 10"):
+        cache.ensure_room(1)
+    model.decode(cache, torch.tensor([1, 2]))
+    assert torch.equal(cache.layers[2].k_SKD[10:12], second_seq_k[:2]), "sequence 1's old rows untouched"
+    assert cache.global_positions_S[10:13].tolist() == [0, 1, 2] and cache.global_positions_S[-1] == -1
+
+
+def test_bad_input_is_refused_with_what_was_expected(model):
+    cache = KVCache(TINY, 2, CAPACITY, "cpu")
+    with pytest.raises(ValueError, match=r"token ids must be in 0..383; got 0..384"):
+        model.prefill(cache, [[0, 384]])
+    with pytest.raises(ValueError, match="a sequence may appear once per prefill"):
+        model.prefill(cache, [[1], [2]], seq_ids=[1, 1])
+    with pytest.raises(ValueError, match=r"sequence ids \[2\] outside 0..1"):
+        model.prefill(cache, [[1]], seq_ids=[2])
+    with pytest.raises(ValueError, match="at least one new token"):
+        model.prefill(cache, [[1], []])
+    with pytest.raises(ValueError, match="exceed the cache capacity 64"):
+        model.prefill(cache, [list(range(65))])
+    with pytest.raises(ValueError, match=r"shape \(2,\), one per cache sequence; got torch.int64 \(1,\)"):
+        model.decode(cache, torch.tensor([1]))
+    with pytest.raises(ValueError, match="capacity must be in 1..max_positions=4096"):
+        KVCache(TINY, 1, 5000, "cpu")
+    with pytest.raises(ValueError, match="cache was built for preset 'beam-slice'"):
+        model.decode(KVCache(get_config("beam-slice"), 1, 8, "meta"), torch.tensor([1, 2]))
+    assert cache.lengths() == [0, 0], "refused steps leave the cache as it was"
+
+
+# ---- harness model info / check -----------------------------------------------------------------
+def test_model_info_prints_counts_pattern_and_kv_arithmetic(capsys):
+    assert info(ModelInfoSettings("beam")) == 0
+    text = capsys.readouterr().out
+    assert "total 501.05B" in text and "active per token 22.55B" in text and "embedding 0.67B" in text
+    assert "36.0 KiB per token BF16, 18.0 KiB FP8" in text and "36.00 GiB BF16, 18.00 GiB FP8" in text
+    assert "      0-2  dense  sliding" in text and "       51  moe    global" in text
+    assert "        2  dense  global" in describe(TINY)
+    with pytest.raises(ValueError, match="preset 'beem' unknown"):
+        ModelInfoSettings("beem")
+
+
+def test_model_check_on_cpu_writes_a_record(tmp_path):
+    settings = ModelCheckSettings(
+        preset="beam-tiny", context=30, decode_steps=2, prefill_seqs=2, prefill_len=10, out=str(tmp_path)
+    )
+    assert check(settings) == 0
+    (path,) = tmp_path.glob("beam-tiny_cpu_*.json")
+    record = json.loads(path.read_text())
+    assert record["passed"] and record["failures"] == []
+    assert record["decode_eager_ms"] > 0 and record["prefill_ms"] > 0 and record["prefill_tokens"] == 20
+    assert record["decode_graph_ms"] is None, "no CUDA graph on the CPU"
+    assert record["command"].startswith("python -m harness model check preset=beam-tiny context=30")
+    assert record["environment"]["torch"] == torch.__version__
+    with pytest.raises(ValueError, match="max_positions=4096"):
+        ModelCheckSettings(preset="beam-tiny", context=4000, prefill_len=200)
