@@ -1,0 +1,272 @@
+"""fuse_norm, persistent programs: weights held in registers, the next row prefetched.
+
+Author: human (kernels team, issue 4), hand-written. Sibling of row_per_program.py (same math,
+same exact head + tail row split); this one changes the schedule.
+
+Why it should be faster than one program per row at T = 16384: a program per row re-reads both
+norm weights (20 KB) from L1/L2 for every row and, between issuing its loads and its last store,
+keeps the SM's memory pipe busy only through other programs. Here a fixed grid of
+PROGRAMS_PER_SM x #SMs programs each walks rows pid, pid + grid, ...: the weights are loaded once
+per program and stay in registers, and the loads of the next row are issued before the current
+row is normalized, so every program always has a row in flight while it computes. At T = 1 it
+degenerates to the row kernel (one program, nothing to prefetch).
+
+Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
+  T=1      41 KB   -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
+  T=16384  671 MB  -> 157.0 us (goal <= 165 us, >= 95% of the copy ceiling)
+Measured on the H200: not yet (run by the lead; see the report of issue 4).
+
+Numerics: identical to row_per_program.py (reference_model/ops.py norm_residual_norm):
+  post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
+  h'   = bf16(f32(h) * a + f32(post) * b)                   rounding point 2
+  x    = bf16((f32(h') * rsqrt(mean(h'^2) + eps)) * w_pre)  rounding point 3
+torch's operation order, no FMA contraction (enable_fp_fusion=False), mean = sum * fl(1/D) like
+torch's CUDA mean, a and b rounded from double to FP32 like torch's scalar, libdevice rsqrt on
+the GPU (tl.rsqrt under the interpreter, which has no libdevice). Summation order: Triton's tree.
+
+Launch: grid = min(T, PROGRAMS_PER_SM x #SMs); (PROGRAMS_PER_SM, num_warps) autotuned per
+(D, T bucket). Registers per program hold the weights, the current row and the prefetched one
+(as BF16), so fewer programs fit per SM than for the row kernel: the autotuner weighs that
+against the saved weight traffic.
+
+Shape legend: T tokens, D hidden.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+CANDIDATE = {
+    "author": "human",
+    "model": None,
+    "parent": "row_per_program.py",
+    "idea": "persistent programs walk rows with a stride: norm weights kept in registers, next row prefetched",
+}
+
+# TRITON_INTERPRET is read when kernels are decorated; the interpreter has no libdevice and runs
+# one config only (no autotuning), so both choices are made here, once, at import.
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+if _INTERPRET:
+
+    @triton.jit
+    def _rsqrt(x):
+        return tl.rsqrt(x)
+
+else:
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _rsqrt(x):
+        return libdevice.rsqrt(x)
+
+
+# On the CPU there are no SMs; two "SMs" give the CPU shapes (T = 1..5) a row loop of several
+# iterations per program, so the prefetch and its end-of-rows mask are exercised.
+_CPU_SMS = 2
+
+
+def _configs() -> list[triton.Config]:
+    if _INTERPRET:
+        return [triton.Config({"PROGRAMS_PER_SM": 1}, num_warps=4)]
+    # Two programs of 4 warps need about 2 x 28K registers, two of 8 warps 2 x 32K: both fit an SM's
+    # 64K; more programs per SM would not be resident at once and would only run late.
+    shapes = ((1, 8), (1, 16), (2, 4), (2, 8))
+    return [triton.Config({"PROGRAMS_PER_SM": p}, num_warps=w) for p, w in shapes]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Keep the warp counts that give each thread 8..64 elements of a row; for a tiny row, the fewest."""
+    n_cols = kwargs["N_COLS"]
+    fit = [c for c in configs if 8 <= n_cols // (32 * c.num_warps) <= 64]
+    return fit or [min(configs, key=lambda c: c.num_warps)]
+
+
+def _rows_bucket(T: int) -> int:
+    """Autotuning key for the row count: the next power of two, capped (1, 4, 8, 64, 1024, 16384)."""
+    return min(triton.next_power_of_2(T), 16384)
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (a cached host-side query: no sync, graph-safe)."""
+    if device.type != "cuda":
+        return _CPU_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _row_split(D: int) -> tuple[int, int, bool]:
+    """Split a row of D into a head of HEAD_ROWS x WIDTH (the largest power of two <= D) and, when D
+    is not a power of two, a masked tail of WIDTH = next_pow2(D - head) columns
+    (D = 5120 = 4 x 1024 + 1024: no padded lane; see row_per_program.py)."""
+    head = 1 << (D.bit_length() - 1)
+    if head == D:
+        width = min(D, 1024)
+        return D // width, width, False
+    width = triton.next_power_of_2(D - head)
+    return head // width, width, True
+
+
+@triton.jit
+def _sum_of_squares(head, tail, HAS_TAIL: tl.constexpr):
+    """Sum over the row, FP32: the head's rows fold onto the tail's columns, then one block reduction."""
+    partial = tl.sum(head * head, axis=0)
+    if HAS_TAIL:
+        partial += tail * tail
+    return tl.sum(partial, axis=0)
+
+
+@triton.jit
+def _load_row(row_ptr, stride_d, head_cols, tail_cols, tail_mask, valid, HAS_TAIL: tl.constexpr):
+    """One row's head and tail as loaded (BF16), all lanes masked off when `valid` is false (the
+    prefetch past the last row). Read once: evict_first keeps the weights' L1 lines."""
+    head = tl.load(row_ptr + head_cols * stride_d, mask=valid, other=0.0, eviction_policy="evict_first")
+    tail = head  # placeholder; only read when HAS_TAIL
+    if HAS_TAIL:
+        tail = tl.load(row_ptr + tail_cols * stride_d, mask=tail_mask & valid, other=0.0, eviction_policy="evict_first")
+    return head, tail
+
+
+@triton.autotune(configs=_configs(), key=["N_COLS", "rows_bucket"], prune_configs_by={"early_config_prune": _prune})
+@triton.jit
+def _fuse_norm_persistent_kernel(
+    y_ptr,
+    h_ptr,
+    post_w_ptr,
+    pre_w_ptr,
+    h_out_ptr,
+    x_out_ptr,
+    n_rows,
+    stride_y_t,
+    stride_y_d,
+    stride_h_t,
+    stride_h_d,
+    coef_h,
+    coef_post,
+    eps,
+    rows_bucket,  # read only by the autotuner's key
+    N_COLS: tl.constexpr,
+    HEAD_ROWS: tl.constexpr,
+    WIDTH: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,  # read by the launcher's grid
+):
+    head_cols = tl.arange(0, HEAD_ROWS)[:, None] * WIDTH + tl.arange(0, WIDTH)[None, :]
+    tail_cols = HEAD_ROWS * WIDTH + tl.arange(0, WIDTH)
+    tail_mask = tail_cols < N_COLS
+
+    # The weights, once per program; they stay in registers for every row it handles.
+    post_w_head = tl.load(post_w_ptr + head_cols).to(tl.float32)
+    pre_w_head = tl.load(pre_w_ptr + head_cols).to(tl.float32)
+    post_w_tail = post_w_head  # placeholders; only read when HAS_TAIL
+    pre_w_tail = pre_w_head
+    if HAS_TAIL:
+        post_w_tail = tl.load(post_w_ptr + tail_cols, mask=tail_mask, other=0.0).to(tl.float32)
+        pre_w_tail = tl.load(pre_w_ptr + tail_cols, mask=tail_mask, other=0.0).to(tl.float32)
+
+    first = tl.program_id(0)
+    step = tl.num_programs(0)
+    y_head, y_tail = _load_row(
+        y_ptr + first.to(tl.int64) * stride_y_t, stride_y_d, head_cols, tail_cols, tail_mask, first < n_rows, HAS_TAIL
+    )
+    h_head, h_tail = _load_row(
+        h_ptr + first.to(tl.int64) * stride_h_t, stride_h_d, head_cols, tail_cols, tail_mask, first < n_rows, HAS_TAIL
+    )
+    for row in range(first, n_rows, step):
+        # Prefetch the next row of this program before touching the current one.
+        nxt = row + step
+        nxt64 = tl.cast(nxt, tl.int64)
+        y_head_next, y_tail_next = _load_row(
+            y_ptr + nxt64 * stride_y_t, stride_y_d, head_cols, tail_cols, tail_mask, nxt < n_rows, HAS_TAIL
+        )
+        h_head_next, h_tail_next = _load_row(
+            h_ptr + nxt64 * stride_h_t, stride_h_d, head_cols, tail_cols, tail_mask, nxt < n_rows, HAS_TAIL
+        )
+        out_offset = tl.cast(row, tl.int64) * N_COLS
+
+        # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1); masked lanes are 0.
+        y_head32 = y_head.to(tl.float32)
+        y_tail32 = y_tail.to(tl.float32)
+        inv_rms_y = _rsqrt(_sum_of_squares(y_head32, y_tail32, HAS_TAIL) * (1.0 / N_COLS) + eps)
+        post_head = (y_head32 * inv_rms_y * post_w_head).to(tl.bfloat16)
+        # Depth-scaled residual: h*a and post*b each rounded to FP32, then the add (rounding point 2).
+        h_new_head = (h_head.to(tl.float32) * coef_h + post_head.to(tl.float32) * coef_post).to(tl.bfloat16)
+        tl.store(h_out_ptr + out_offset + head_cols, h_new_head)
+        h_new_tail = h_new_head
+        if HAS_TAIL:
+            post_tail = (y_tail32 * inv_rms_y * post_w_tail).to(tl.bfloat16)
+            h_new_tail = (h_tail.to(tl.float32) * coef_h + post_tail.to(tl.float32) * coef_post).to(tl.bfloat16)
+            tl.store(h_out_ptr + out_offset + tail_cols, h_new_tail, mask=tail_mask)
+
+        # Pre-norm of sublayer k+1 on the rounded stream (rounding point 3).
+        h_new_head32 = h_new_head.to(tl.float32)
+        h_new_tail32 = h_new_tail.to(tl.float32)
+        inv_rms_h = _rsqrt(_sum_of_squares(h_new_head32, h_new_tail32, HAS_TAIL) * (1.0 / N_COLS) + eps)
+        tl.store(x_out_ptr + out_offset + head_cols, (h_new_head32 * inv_rms_h * pre_w_head).to(tl.bfloat16))
+        if HAS_TAIL:
+            x_tail = (h_new_tail32 * inv_rms_h * pre_w_tail).to(tl.bfloat16)
+            tl.store(x_out_ptr + out_offset + tail_cols, x_tail, mask=tail_mask)
+
+        y_head, y_tail, h_head, h_tail = y_head_next, y_tail_next, h_head_next, h_tail_next
+
+
+def norm_residual_norm(
+    y_TD: torch.Tensor,
+    h_TD: torch.Tensor,
+    post_weight_D: torch.Tensor,
+    pre_weight_D: torch.Tensor,
+    n: int,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (h', x) as the reference does: the new residual stream and the next sublayer's input."""
+    if n < 2:
+        raise ValueError(f"residual addition index n must be >= 2 (the embedding is n = 1); got {n}")
+    if y_TD.dim() != 2 or y_TD.shape != h_TD.shape:
+        raise ValueError(f"y_TD and h_TD must both be [T, D]; got {tuple(y_TD.shape)} and {tuple(h_TD.shape)}")
+    T, D = y_TD.shape
+    if post_weight_D.shape != (D,) or pre_weight_D.shape != (D,):
+        raise ValueError(
+            f"norm weights must be [{D}]; got {tuple(post_weight_D.shape)} and {tuple(pre_weight_D.shape)}"
+        )
+    # ops.residual_coefficients, in double; the kernel argument rounds them to FP32 like torch.
+    coef_h, coef_post = math.sqrt((n - 1) / n), 1.0 / math.sqrt(n)
+    head_rows, width, has_tail = _row_split(D)
+
+    h_new_TD = torch.empty((T, D), dtype=torch.bfloat16, device=y_TD.device)
+    x_TD = torch.empty((T, D), dtype=torch.bfloat16, device=y_TD.device)
+    if T == 0:
+        return h_new_TD, x_TD
+    n_sms = _sm_count(y_TD.device)
+
+    def grid(meta):
+        return (min(T, meta["PROGRAMS_PER_SM"] * n_sms),)
+
+    _fuse_norm_persistent_kernel[grid](
+        y_TD,
+        h_TD,
+        post_weight_D.contiguous(),
+        pre_weight_D.contiguous(),
+        h_new_TD,
+        x_TD,
+        T,
+        y_TD.stride(0),
+        y_TD.stride(1),
+        h_TD.stride(0),
+        h_TD.stride(1),
+        coef_h,
+        coef_post,
+        eps,
+        _rows_bucket(T),
+        N_COLS=D,
+        HEAD_ROWS=head_rows,
+        WIDTH=width,
+        HAS_TAIL=has_tail,
+        enable_fp_fusion=False,
+    )
+    return h_new_TD, x_TD
