@@ -44,8 +44,8 @@ def make_inputs(shape: Shape, seed: int, device: torch.device) -> dict:
     return {
         "y_TD": inputs.sublayer_output(T, D, gen),
         "h_TD": inputs.residual_stream(T, D, gen),
-        "post_weight_D": inputs.norm_weight(D, gen),
-        "pre_weight_D": inputs.norm_weight(D, gen),
+        "post_weight_D": inputs.model_weight("post_norm", (D,), gen),
+        "pre_weight_D": inputs.model_weight("pre_norm", (D,), gen),
         "n": RESIDUAL_INDEX,
         "eps": cfg.norm_eps,
     }

@@ -5,18 +5,19 @@ pure function of (shape, seed, device) and large GPU inputs (a 16384 x 20480 pre
 drawn on the GPU in milliseconds instead of seconds on the host. The same seed gives different
 values on CPU and CUDA; the harness always regenerates inputs on the device that judges them.
 
-Weights follow the recipe of the model's initializer (reference_model/weights.py): norm weights
-1 + 0.1 * N(0, 1) and small random biases, never the trivial 1 or 0, so that a kernel that ignores
-a weight or a bias fails parity; projection weights N(0, 1/D) so that outputs have unit variance.
+Weights are drawn by the model's own initializer rules (reference_model.weights.INIT_RULES, one
+N(mean, std^2) per kind of parameter): norm weights 1 + 0.1 N(0, 1) and small random biases, never
+the trivial 1 or 0, so that a kernel that ignores a weight or a bias fails parity; projection
+weights N(0, 1/fan_in), so that unit-variance inputs give unit-variance outputs.
 
 Shape legend: T tokens, D hidden, S sequences (in this module; cache slots elsewhere).
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
+
+from reference_model.weights import INIT_RULES
 
 BF16 = torch.bfloat16
 FP32 = torch.float32
@@ -74,26 +75,22 @@ def residual_stream(T: int, D: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def normalized_activation(T: int, D: int, gen: torch.Generator) -> torch.Tensor:
-    """[T, D] BF16: a pre-norm output (RMS-normalized stream times a 1 + 0.1 N(0, 1) norm weight),
-    the input of every projection (QKV/gate, router)."""
+    """[T, D] BF16: a pre-norm output (RMS-normalized residual stream times a pre-norm weight), the
+    input of every projection (QKV/gate, router)."""
     h_TD = residual_stream(T, D, gen).float()
     inv_rms_T1 = torch.rsqrt(h_TD.pow(2).mean(dim=-1, keepdim=True) + 1e-6)
-    return (h_TD * inv_rms_T1 * norm_weight(D, gen).float()).to(BF16)
+    return (h_TD * inv_rms_T1 * model_weight("pre_norm", (D,), gen).float()).to(BF16)
 
 
-def norm_weight(size: int, gen: torch.Generator) -> torch.Tensor:
-    """[size] BF16 RMSNorm weight: 1 + 0.1 N(0, 1), as the model initializes it."""
-    return (1.0 + 0.1 * torch.randn(size, generator=gen, device=gen.device, dtype=FP32)).to(BF16)
-
-
-def small_bias(size: int, gen: torch.Generator, std: float = 0.1, dtype: torch.dtype = BF16) -> torch.Tensor:
-    """[size] small random bias N(0, std^2): not zero, so that a kernel that drops it fails parity."""
-    return normal((size,), gen, std=std, dtype=dtype)
-
-
-def projection_weight(rows: int, cols: int, gen: torch.Generator, dtype: torch.dtype = BF16) -> torch.Tensor:
-    """[rows, cols] weight N(0, 1/cols): a unit-variance input gives unit-variance outputs."""
-    return normal((rows, cols), gen, std=1.0 / math.sqrt(cols), dtype=dtype)
+def model_weight(kind: str, shape: tuple[int, ...], gen: torch.Generator, dtype: torch.dtype = BF16) -> torch.Tensor:
+    """A parameter of `kind` (a name in reference_model.weights.INIT_RULES: "q_norm", "router",
+    "gate_bias", ...) drawn as the model initializes it: N(mean, std^2), std None meaning
+    1/sqrt(fan_in), fan_in the last dim."""
+    if kind not in INIT_RULES:
+        raise ValueError(f"weight kind {kind!r} unknown; known: {sorted(INIT_RULES)}")
+    rule = INIT_RULES[kind]
+    std = rule.std if rule.std is not None else shape[-1] ** -0.5
+    return (rule.mean + std * torch.randn(shape, generator=gen, device=gen.device, dtype=FP32)).to(dtype)
 
 
 def context_lengths(n_seqs: int, gen: torch.Generator, context: int, spread: int) -> torch.Tensor:

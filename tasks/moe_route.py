@@ -6,8 +6,8 @@ largest b among their 128 experts; weights = chosen s / their sum * 2.5 (FP32), 
 
 Inputs: FP32 router logits with a realistic spread: a per-expert popularity offset N(-1, 0.5^2)
 (shared by the tokens of one call) plus N(0, 1.5^2) per token, so s spans about 0.02 .. 0.95;
-a correction bias N(0, 0.02^2) (FP32), large enough to change the selection of many tokens
-(the median gap at a selection boundary is a few thousandths).
+the correction bias as the model initializes it, N(0, 0.05^2) in FP32, which changes the
+selection of many tokens (the median gap at a selection boundary is a few thousandths).
 
 No near-ties, by construction. A selection boundary with a near-tie would make the expert set
 depend on the last ulp of sigmoid (which differs between exp implementations), and parity judges
@@ -48,7 +48,6 @@ MIN_MARGIN = 16 * torch.finfo(torch.float32).eps
 MAX_REDRAWS = 64
 LOGIT_STD = 1.5
 EXPERT_OFFSET_MEAN, EXPERT_OFFSET_STD = -1.0, 0.5
-CORRECTION_BIAS_STD = 0.02
 
 
 def _shape(label: str, cfg: BeamConfig, T: int) -> Shape:
@@ -101,7 +100,7 @@ def make_inputs(shape: Shape, seed: int, device: torch.device) -> dict:
     routing = {k: shape[k] for k in ("n_groups", "topk_groups", "top_k", "group_score_topk")}
     gen = inputs.generator(seed, device)
     offset_E = EXPERT_OFFSET_MEAN + EXPERT_OFFSET_STD * torch.randn(E, generator=gen, device=gen.device)
-    correction_bias_E = inputs.small_bias(E, gen, std=CORRECTION_BIAS_STD, dtype=inputs.FP32)
+    correction_bias_E = inputs.model_weight("correction_bias", (E,), gen, dtype=inputs.FP32)
 
     def draw(rows: int) -> torch.Tensor:
         return offset_E + LOGIT_STD * torch.randn((rows, E), generator=gen, device=gen.device)

@@ -39,7 +39,7 @@ def make_inputs(shape: Shape, seed: int, device: torch.device) -> dict:
     return {
         "o_THD": o_THD,
         "g_THD": inputs.normal((T, H, Dh), gen),
-        "bias_H": inputs.small_bias(H, gen),
+        "bias_H": inputs.model_weight("gate_bias", (H,), gen),
     }
 
 

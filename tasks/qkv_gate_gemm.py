@@ -41,7 +41,8 @@ def make_inputs(shape: Shape, seed: int, device: torch.device) -> dict:
     T, D, Nq, Nkv = shape["T"], shape["D"], shape["Nq"], shape["Nkv"]
     gen = inputs.generator(seed, device)
     x_TD = inputs.normalized_activation(T, D, gen)
-    wq, wk, wv, wg = (inputs.projection_weight(rows, D, gen) for rows in (Nq, Nkv, Nkv, Nq))
+    kinds_rows = (("wq", Nq), ("wk", Nkv), ("wv", Nkv), ("wg", Nq))
+    wq, wk, wv, wg = (inputs.model_weight(kind, (rows, D), gen) for kind, rows in kinds_rows)
     return {"x_TD": x_TD, "w_qkvg_ND": ops.pack_qkv_gate(wq, wk, wv, wg)}
 
 

@@ -201,14 +201,14 @@ def test_output_gate_inputs_have_per_head_spread_and_a_nonzero_bias():
 def test_router_reference_meets_its_own_fp32_tolerance():
     task = get_task("router_gemm")
     (check,) = task.outputs
-    for shape in task.cpu_shapes:
+    for shape in (*task.cpu_shapes, task.shape("T=8", "cuda")):  # the full-width one generated on the host
         x = task.make_inputs(shape, 0, CPU)
         assert x["w_router_ED"].dtype == torch.float32 and x["x_TD"].dtype == torch.bfloat16
         logits_TE = task.reference(**x).double()
         exact_TE = x["x_TD"].double() @ x["w_router_ED"].double().t()
         err = ((logits_TE - exact_TE).norm() / exact_TE.norm()).item()
         assert 0 < err < check.rel_tol, f"{shape.label}: {err:.3g}"
-    logits = task.reference(**task.make_inputs(task.shape("T=2", CPU), 0, CPU))
+    logits = task.reference(**x)
     assert logits.std().item() == pytest.approx(1.0, abs=0.25)
 
 
@@ -307,8 +307,10 @@ def test_moe_route_inputs_have_no_near_ties_and_a_bias_that_matters():
     assert s.min().item() < 0.05 and s.max().item() > 0.9
     weights, ids = task.reference(**x)
     _, ids_unbiased = task.reference(**{**x, "correction_bias_E": torch.zeros_like(x["correction_bias_E"])})
-    changed = (ids.sort(dim=1).values != ids_unbiased.sort(dim=1).values).any(dim=1).float().mean().item()
-    assert 0.05 < changed < 0.95, f"the bias changes the selection of {changed:.0%} of tokens"
+    # the bias shifts the selection (as a trained load-balancing bias does) without dominating it
+    kept = torch.tensor([len(set(a.tolist()) & set(b.tolist())) for a, b in zip(ids, ids_unbiased, strict=True)])
+    kept_fraction = kept.float().mean().item() / x["top_k"]
+    assert 0.5 < kept_fraction < 0.95, f"{kept_fraction:.0%} of the chosen experts survive removing the bias"
     torch.testing.assert_close(weights.sum(dim=1), torch.full((1000,), 2.5), rtol=1e-6, atol=0)
 
 
@@ -321,3 +323,18 @@ def test_moe_route_reference_weights_meet_their_fp32_tolerance():
     w64 = s64 / s64.sum(dim=1, keepdim=True) * x["routed_scaling"]
     err = ((weights.double() - w64).norm() / w64.norm()).item()
     assert err < check.rel_tol, err
+
+
+def test_task_weights_follow_the_model_initializer_rules():
+    from reference_model.weights import INIT_RULES
+    from tasks import inputs
+
+    gen = torch.Generator().manual_seed(0)
+    router = inputs.model_weight("router", (64, 5120), gen, dtype=torch.float32)
+    assert router.dtype == torch.float32 and router.std().item() == pytest.approx(5120**-0.5, rel=0.05)
+    bias = inputs.model_weight("correction_bias", (4096,), gen, dtype=torch.float32)
+    assert bias.std().item() == pytest.approx(INIT_RULES["correction_bias"].std, rel=0.1)
+    norm = inputs.model_weight("q_norm", (4096,), gen)
+    assert norm.dtype == torch.bfloat16 and norm.float().mean().item() == pytest.approx(1.0, abs=0.01)
+    with pytest.raises(ValueError, match="weight kind 'q_nrom' unknown; known: \\["):
+        inputs.model_weight("q_nrom", (4,), gen)
