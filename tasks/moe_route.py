@@ -10,9 +10,10 @@ the correction bias as the model initializes it, N(0, 0.05^2) in FP32, which cha
 selection of many tokens (the median gap at a selection boundary is a few thousandths).
 
 No near-ties, by construction. A selection boundary with a near-tie would make the expert set
-depend on the last ulp of sigmoid (which differs between exp implementations), and parity judges
-the id sets exactly. So make_inputs computes, per token, the margins at every boundary, in FP32
-with the reference's formulas:
+depend on the last ulp of sigmoid (which differs between exp implementations), parity judges the
+id sets exactly, and the FP64 evaluation of the weights must select the same experts as FP32.
+So make_inputs computes, per token, the margins at every boundary, in FP32 with the reference's
+formulas:
   - within each group, between its group_score_topk-th and next largest b (which b enter the sum),
   - between the topk_groups-th and the next group score (which groups stay),
   - among the kept groups' experts, between the top_k-th and the next b (which experts are chosen),

@@ -127,6 +127,32 @@ def test_gpu_shapes_come_from_the_beam_preset_and_include_odd_sizes(name):
     assert {1, 3, 1000} <= token_counts, f"{name}: T values {sorted(token_counts)} lack 1, 3 or 1000"
 
 
+def _assert_outputs_close(task, got: list, want: list, where: str) -> None:
+    """BF16 within 2 ulps (library kernels contract FP32 arithmetic into FMAs), FP32 within the
+    check's tolerance, ids identical as sets (weights compared in id order)."""
+    by_name = dict(zip((c.name for c in task.outputs), want, strict=True))
+    got_by_name = dict(zip((c.name for c in task.outputs), got, strict=True))
+    for check in task.outputs:
+        g, w = got_by_name[check.name], by_name[check.name]
+        assert g.shape == w.shape and g.dtype == w.dtype, (
+            f"{where} {check.name}: {g.dtype} {g.shape} vs {w.dtype} {w.shape}"
+        )
+        if check.kind == "index_set":
+            assert torch.equal(g.sort(dim=1).values, w.sort(dim=1).values), f"{where} {check.name}: id sets differ"
+            continue
+        if check.paired_with is not None:
+            g = g.gather(1, got_by_name[check.paired_with].argsort(dim=1))
+            w = w.gather(1, by_name[check.paired_with].argsort(dim=1))
+        if check.kind == "fp32":
+            torch.testing.assert_close(g, w, rtol=check.rel_tol, atol=0, msg=f"{where} {check.name}")
+        elif not check.bit_exact:  # a GEMM in another accumulation order: normwise
+            err = ((g.double() - w.double()).norm() / w.double().norm()).item()
+            assert err < 2**-8, f"{where} {check.name}: normwise error {err:.3g}"
+        else:  # 2 ulps, plus an absolute floor for values that cancel (x1 cos - x2 sin)
+            atol = 2**-8 * w.float().abs().max().item()
+            torch.testing.assert_close(g.float(), w.float(), rtol=2**-7, atol=atol, msg=f"{where} {check.name}")
+
+
 @pytest.mark.parametrize("name", ALL_TASKS)
 def test_baselines_compute_the_reference_or_say_why_they_cannot(name):
     """Without flashinfer/CUDA a library baseline raises BaselineUnavailable naming itself; one that
@@ -139,11 +165,10 @@ def test_baselines_compute_the_reference_or_say_why_they_cannot(name):
             assert baseline in str(e)
             continue
         for shape in task.cpu_shapes:
-            expected = _as_tuple(task.reference(**task.make_inputs(shape, 0, CPU)))
-            got = _as_tuple(impl(**task.make_inputs(shape, 0, CPU)))
-            for check, e, g in zip(task.outputs, expected, got, strict=False):
-                assert g.dtype == e.dtype and g.shape == e.shape, f"{baseline} {shape.label} {check.name}"
-                torch.testing.assert_close(g.float(), e.float(), rtol=2**-7, atol=0)
+            ref_inputs, base_inputs = task.make_inputs(shape, 0, CPU), task.make_inputs(shape, 0, CPU)
+            want = [*_as_tuple(task.reference(**ref_inputs)), *(ref_inputs[m] for m in task.mutated)]
+            got = [*_as_tuple(impl(**base_inputs)), *(base_inputs[m] for m in task.mutated)]
+            _assert_outputs_close(task, got, want, f"{name}/{baseline} {shape.label}")
 
 
 # ---- realism of the inputs -----------------------------------------------------------------------
@@ -338,3 +363,47 @@ def test_task_weights_follow_the_model_initializer_rules():
     assert norm.dtype == torch.bfloat16 and norm.float().mean().item() == pytest.approx(1.0, abs=0.01)
     with pytest.raises(ValueError, match="weight kind 'q_nrom' unknown; known: \\["):
         inputs.model_weight("q_nrom", (4,), gen)
+
+
+# ---- on the GPU machine: every GPU shape, and the library baselines ---------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ALL_TASKS)
+def test_every_gpu_shape_generates_on_cuda_and_runs_the_reference(name):
+    task = TASKS[name]
+    cuda = torch.device("cuda")
+    for shape in task.shapes:
+        inputs = task.make_inputs(shape, 0, cuda)
+        again = task.make_inputs(shape, 0, cuda)
+        for key, value in _tensors(inputs).items():
+            assert value.device.type == "cuda", f"{name} {shape.label}: {key} on {value.device}"
+            assert torch.equal(value, again[key]), f"{name} {shape.label}: {key} not deterministic on CUDA"
+        returned = _as_tuple(task.reference(**inputs))
+        assert len(returned) == len(task.outputs) - len(task.mutated)
+        if name == "moe_route":
+            from tasks.moe_route import MIN_MARGIN, selection_margins
+
+            routing = {k: inputs[k] for k in ("n_groups", "topk_groups", "top_k", "group_score_topk")}
+            assert selection_margins(inputs["logits_TE"], inputs["correction_bias_E"], **routing).min() >= MIN_MARGIN
+        if name == "qk_norm_rope":
+            assert 96_000 <= inputs["positions_T"].min().item() and inputs["positions_T"].max().item() < 107_000
+        del inputs, again, returned
+        torch.cuda.empty_cache()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", [n for n in ALL_TASKS if TASKS[n].baselines])
+def test_library_baselines_match_the_reference_on_cuda(name):
+    """Each baseline computes the reference's function at every GPU shape (flashinfer JIT-compiles
+    its kernels on first use: tens of seconds per baseline)."""
+    task = TASKS[name]
+    cuda = torch.device("cuda")
+    for baseline, factory in task.baselines.items():
+        impl = factory()
+        for shape in task.shapes:
+            ref_inputs = task.make_inputs(shape, 0, cuda)
+            want = [*_as_tuple(task.reference(**ref_inputs)), *(ref_inputs[m] for m in task.mutated)]
+            base_inputs = task.make_inputs(shape, 0, cuda)
+            got = [*_as_tuple(impl(**base_inputs)), *(base_inputs[m] for m in task.mutated)]
+            _assert_outputs_close(task, got, want, f"{name}/{baseline} {shape.label}")
+            del ref_inputs, base_inputs, want, got
+            torch.cuda.empty_cache()
