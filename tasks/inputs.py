@@ -29,8 +29,8 @@ CONTEXT_SPREAD = 4096
 
 # A residual stream after many additions has unit variance overall but a few channels that are much
 # larger than the rest (the "massive activation" channels of trained LLMs): one channel in 512, at
-# 8x the typical size. A kernel that mishandles large values in a few lanes (an FP32 overflow in a
-# squared sum, a wrong max) is exposed by them.
+# 8x the typical size. They dominate the sum of squares of an RMSNorm, so a kernel that reduces in
+# BF16, or drops or double-counts a lane of the reduction, misses by far more than an ulp.
 OUTLIER_CHANNEL_FRACTION = 1 / 512
 OUTLIER_CHANNEL_SCALE = 8.0
 
@@ -44,8 +44,7 @@ def generator(seed: int, device: torch.device | str) -> torch.Generator:
 
 def normal(shape: tuple[int, ...], gen: torch.Generator, std: float = 1.0, dtype: torch.dtype = BF16) -> torch.Tensor:
     """N(0, std^2) drawn in FP32 and rounded once to `dtype`."""
-    x = torch.randn(shape, generator=gen, device=gen.device, dtype=FP32)
-    return (x * std).to(dtype) if std != 1.0 else x.to(dtype)
+    return (torch.randn(shape, generator=gen, device=gen.device, dtype=FP32) * std).to(dtype)
 
 
 def uniform(shape: tuple[int, ...], gen: torch.Generator, low: float, high: float) -> torch.Tensor:
