@@ -210,7 +210,14 @@ def _cut_tile(x_ptr, w_ptr, out_ptr, partial_ptr, sem_ptr, tile, it_lo, it_hi, s
         tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")  # leave the counter zeroed
 
 
-@triton.autotune(configs=_configs(), key=["t_bucket", "N", "D"], prune_configs_by={"early_config_prune": _prune})
+# cache_results: the winner is stored in Triton's cache, so later processes on this machine (the
+# harness's parity and benchmark children, a model run) use the config that was checked, untuned.
+@triton.autotune(
+    configs=_configs(),
+    key=["t_bucket", "N", "D"],
+    prune_configs_by={"early_config_prune": _prune},
+    cache_results=True,
+)
 @triton.heuristics({"BLOCK_T": lambda args: _block_t(args["t_bucket"])})
 @triton.jit
 def _qkv_kernel(
