@@ -88,7 +88,14 @@ def _rows_bucket(T: int) -> int:
     return min(triton.next_power_of_2(T), 16384)
 
 
-@triton.autotune(configs=_configs(), key=["n_cols", "rows_bucket"], prune_configs_by={"early_config_prune": _prune})
+# cache_results: the winning config is stored in Triton's cache, so later processes on this machine
+# (the harness's parity and benchmark children, a model run) use the config that was checked.
+@triton.autotune(
+    configs=_configs(),
+    key=["n_cols", "rows_bucket"],
+    prune_configs_by={"early_config_prune": _prune},
+    cache_results=True,
+)
 @triton.jit
 def _swiglu_kernel(
     gate_ptr,
