@@ -9,9 +9,9 @@ second wave), reaching 36 us. Here the N x K iteration space (tiles of BLOCK_N c
 is cut into P equal contiguous runs, P = CTAS_PER_SM x 132 programs (stream-K): every program
 streams the same number of bytes (to one BLOCK_K step), through a multi-stage pipelined K loop.
 A tile cut between two programs is finished by the one that arrives last, from FP32 partials in a
-small workspace, in a fixed order. Each program runs its (at most two) cut tiles FIRST and its
-whole tiles after, so the fixups happen while the other programs are still streaming, not as a
-dependent tail at the end of the kernel.
+small workspace, in a fixed order. Each program's run is one flat loop (one software pipeline, one
+ramp-up) that visits its cut tail, then its cut head, then its whole tiles: the fixups of cut tiles
+happen while every program is still streaming, never as a dependent tail at the kernel's end.
 
 Floor (bytes / 4275 GB/s, bytes = N*D*2 + T*D*2 + T*N*2, N = 14336, D = 5120):
   T=1   146.8 MB -> 34.35 us (goal <= 35.5 us, >= 97% of it)
@@ -32,10 +32,11 @@ padding rows are masked loads, never read from memory) and runs stream-K over P 
 CTAS_PER_SM * SMs) programs. T > 64 (prefill) runs one program per output tile (the same kernel
 with P = tiles: no tile is cut), in grouped order so that concurrent programs share x and W tiles
 in L2. Configs (BLOCK_N, BLOCK_K, stages, warps, CTAS_PER_SM) are autotuned per T bucket: they
-trade bytes in flight per SM (stages x BLOCK_N x BLOCK_K x 2 B, ~64-140 KB) against the count of
-cut tiles; `_qkv_kernel.best_config` is the one that won. The first call per T bucket benchmarks
-them (it synchronizes): call once before capturing a CUDA graph.
-Not reentrant across streams: two concurrent calls on one device share the tile counters.
+trade bytes in flight per SM (CTAS x (stages - 1) x BLOCK_N x BLOCK_K x 2 B, 64-160 KB) against the
+number of cut tiles; configs whose CTAS_PER_SM programs cannot share an SM's shared memory are
+pruned (the estimate matches the compiled sizes). `_qkv_kernel.best_config` is the winner. The
+first call per T bucket benchmarks the configs (it synchronizes): call once before capturing a CUDA
+graph. Not reentrant across streams: two concurrent calls on one device share the tile counters.
 
 Shape legend: T tokens, D hidden (the reduction, K), N packed output rows (q | k | v | gate).
 """
@@ -86,7 +87,7 @@ def _configs() -> list[triton.Config]:
         (128, 128, 3, 8, 1),
     ]
     # Prefill (T > 64): classic output tiles, no tile cut, GROUP_T token tiles per W column tile.
-    prefill = [(128, 64, 4, 8, 1), (256, 64, 3, 8, 1), (128, 128, 3, 8, 1), (64, 64, 4, 4, 1)]
+    prefill = [(128, 64, 4, 8, 1), (128, 32, 6, 8, 1), (64, 64, 4, 4, 1)]
     return [
         triton.Config({"BLOCK_N": n, "BLOCK_K": k, "GROUP_T": group, "CTAS_PER_SM": c}, num_stages=s, num_warps=w)
         for group, configs in ((1, decode), (8, prefill))
@@ -95,21 +96,22 @@ def _configs() -> list[triton.Config]:
 
 
 SMEM_PER_SM = 228 * 1024  # H100/H200: 228 KB per SM, of which 1 KB is reserved per resident CTA
+SMEM_PER_CTA = 227 * 1024
 
 
 def _smem_estimate(c: triton.Config, block_t: int) -> int:
-    """Shared memory of one CTA, as Triton 3.6 lays it out for sm_90 (checked against compiled
-    kernels): the x and W pipeline buffers (num_stages - 1 of them with mma.sync at BLOCK_T < 64,
-    num_stages with wgmma) plus 2 KB (mma.sync) or 8 KB (wgmma) of barriers and epilogue scratch."""
-    wgmma = block_t >= 64
-    buffers = c.num_stages if wgmma else c.num_stages - 1
-    return buffers * (block_t + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * 2 + (8 if wgmma else 2) * 1024
+    """Shared memory of one CTA as Triton 3.6 lays this kernel out on sm_90 (matches every config's
+    compiled size): the x and W pipeline buffers (num_stages - 1 of them with mma.sync at
+    BLOCK_T < 64, num_stages with wgmma) plus one FP32 tile for the epilogue's layout change."""
+    buffers = c.num_stages if block_t >= 64 else c.num_stages - 1
+    block_n, block_k = c.kwargs["BLOCK_N"], c.kwargs["BLOCK_K"]
+    return buffers * (block_t + block_n) * block_k * 2 + block_t * block_n * 4
 
 
 def _prune(configs, named_args, **kwargs):
     """Decode buckets (one token tile) keep the stream-K configs whose CTAS_PER_SM programs fit on an
     SM together (else the run would take two waves), prefill the grouped ones (GROUP_T > 1 only
-    matters with several token tiles); a block never exceeds the padded N."""
+    matters with several token tiles); a block never exceeds the padded N, nor a CTA its smem."""
     t_bucket, N = named_args["t_bucket"], named_args["N"]
     prefill = t_bucket > STREAM_K_MAX_T
     block_t = _block_t(t_bucket)
@@ -118,6 +120,7 @@ def _prune(configs, named_args, **kwargs):
         for c in configs
         if (c.kwargs["GROUP_T"] > 1) == prefill
         and c.kwargs["BLOCK_N"] <= max(32, triton.next_power_of_2(N))
+        and _smem_estimate(c, block_t) <= SMEM_PER_CTA
         and c.kwargs["CTAS_PER_SM"] * (_smem_estimate(c, block_t) + 1024) <= SMEM_PER_SM
     ]
     return kept or configs[:1]
@@ -177,37 +180,64 @@ def _store_tile(out_ptr, acc, t_idx, n_idx, T, N, BLOCK_T: tl.constexpr, BLOCK_N
     tl.store(ptrs, acc.to(tl.bfloat16), mask=(offs_t < T)[:, None] & (offs_n < N)[None, :])
 
 
+if _INTERPRET:
+
+    @triton.jit
+    def _cta_barrier(dep):
+        """The interpreter runs one program at a time: there is nothing to order."""
+        return dep
+
+else:
+
+    @triton.jit
+    def _cta_barrier(dep):
+        """bar.sync 0, returning `dep` so that what follows depends on it. It is tl.debug_barrier()
+        spelled as inline asm because Triton's software pipeliner refuses a loop that contains a
+        debug_barrier: the main loop would lose its multi-stage pipeline (checked on sm_90 PTX)."""
+        return tl.inline_asm_elementwise(
+            "bar.sync 0;\n\tmov.b32 $0, $1;", "=r,r", [dep], dtype=tl.int32, is_pure=False, pack=1
+        )
+
+
 @triton.jit
-def _cut_tile(x_ptr, w_ptr, out_ptr, partial_ptr, sem_ptr, tile, it_lo, it_hi, slot, total, T, N, D,
-              stride_xt, stride_xd, stride_wn, stride_wd, t_tiles, n_tiles, k_iters,
-              BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_T: tl.constexpr):  # fmt: skip
-    """This program's share [it_lo, it_hi) of a tile other programs share too: accumulate it, publish
-    the FP32 partial in workspace slot (pid, slot), and if last to arrive, sum all shares and store."""
+def _publish_and_fix_up(out_ptr, partial_ptr, sem_ptr, acc, tile, slot, total, T, N, t_tiles, n_tiles, k_iters,
+                        BLOCK_T: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_T: tl.constexpr,
+                        MAX_SHARES: tl.constexpr):  # fmt: skip
+    """This program's share of a tile other programs share too: publish its FP32 partial in workspace
+    slot (pid, slot), count the arrival, and if last to arrive, sum every share and store the tile."""
     pid = tl.program_id(0)
     P = tl.num_programs(0)
-    t_idx, n_idx = _tile_coords(tile, t_tiles, n_tiles, GROUP_T)
-    acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
-    for it in range(it_lo, it_hi):
-        acc = _mma_step(x_ptr, w_ptr, acc, t_idx, n_idx, it - tile * k_iters, T, N, D,
-                        stride_xt, stride_xd, stride_wn, stride_wd, BLOCK_T, BLOCK_N, BLOCK_K)  # fmt: skip
     tile_elems = tl.arange(0, BLOCK_T)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
     tl.store(partial_ptr + (pid * 2 + slot).to(tl.int64) * (BLOCK_T * BLOCK_N) + tile_elems, acc)
     # bar.sync: every thread's partial store precedes the single-thread release of the counter.
-    tl.debug_barrier()
+    tile = _cta_barrier(tile)
     arrived = tl.atomic_add(sem_ptr + tile, 1, sem="acq_rel", scope="gpu")
     first_it = tile * k_iters
     p_first = _run_owner(first_it, total, P)
     p_last = _run_owner(first_it + k_iters - 1, total, P)
     if arrived == p_last - p_first:
-        # Last to arrive: sum the shares in K order (program order), whoever arrived when. A share
-        # sits in its owner's slot 0 if the tile is where its run starts, else in slot 1 (its end).
+        # Last to arrive: sum the shares in K order (program order), whoever arrived when. A share sits
+        # in its owner's slot 0 if the tile is where the owner's run starts, else in slot 1 (its end).
+        # Unrolled over at most MAX_SHARES owners (no nested loop: the enclosing loop stays pipelined).
         total_acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
-        for p in range(p_first, p_last + 1):
+        for i in tl.static_range(MAX_SHARES):
+            p = p_first + i
             owner_slot = tl.where(_run_start(p, total, P) < first_it, 1, 0)
             share = partial_ptr + (p * 2 + owner_slot).to(tl.int64) * (BLOCK_T * BLOCK_N) + tile_elems
-            total_acc += tl.load(share, cache_modifier=".cg")  # L2: never a stale L1 line
+            # .cg: read L2, never a stale L1 line. Owners past p_last add exact zeros.
+            total_acc += tl.load(share, mask=(p <= p_last) & (tile_elems >= 0), other=0.0, cache_modifier=".cg")
+        t_idx, n_idx = _tile_coords(tile, t_tiles, n_tiles, GROUP_T)
         _store_tile(out_ptr, total_acc, t_idx, n_idx, T, N, BLOCK_T, BLOCK_N)
         tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")  # leave the counter zeroed
+
+
+def _max_shares(args: dict) -> int:
+    """Most programs whose runs meet one tile: runs are at least total // P iterations long."""
+    meta = {**args, "BLOCK_T": _block_t(args["t_bucket"])}
+    T, N, D = args["T"], args["N"], args["D"]
+    P = _programs(T, N, D, meta, args["num_sms"])
+    total = triton.cdiv(T, meta["BLOCK_T"]) * triton.cdiv(N, meta["BLOCK_N"]) * triton.cdiv(D, meta["BLOCK_K"])
+    return triton.cdiv(triton.cdiv(D, meta["BLOCK_K"]), max(1, total // P)) + 1
 
 
 # cache_results: the winner is stored in Triton's cache, so later processes on this machine (the
@@ -218,7 +248,7 @@ def _cut_tile(x_ptr, w_ptr, out_ptr, partial_ptr, sem_ptr, tile, it_lo, it_hi, s
     prune_configs_by={"early_config_prune": _prune},
     cache_results=True,
 )
-@triton.heuristics({"BLOCK_T": lambda args: _block_t(args["t_bucket"])})
+@triton.heuristics({"BLOCK_T": lambda args: _block_t(args["t_bucket"]), "MAX_SHARES": _max_shares})
 @triton.jit
 def _qkv_kernel(
     x_ptr,
@@ -234,11 +264,13 @@ def _qkv_kernel(
     stride_wn,
     stride_wd,
     t_bucket,  # read by the autotuner's key and the BLOCK_T heuristic
+    num_sms,  # read by the grid and the MAX_SHARES heuristic
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
     GROUP_T: tl.constexpr,
-    CTAS_PER_SM: tl.constexpr,  # read by the launcher's grid only
+    CTAS_PER_SM: tl.constexpr,  # read by the grid only
+    MAX_SHARES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     P = tl.num_programs(0)
@@ -250,33 +282,32 @@ def _qkv_kernel(
     it_end = _run_start(pid + 1, total, P)
     first_tile = it_start // k_iters
     last_tile = (it_end - 1) // k_iters
-    # A run is [cut head][whole tiles][cut tail]; either cut part may be absent.
+    # The run is [cut head][whole tiles][cut tail]; either cut part may be absent (then it is empty).
     head_cut = (it_start % k_iters != 0) | (it_end < (first_tile + 1) * k_iters)
     tail_cut = (last_tile != first_tile) & (it_end % k_iters != 0)
+    head_hi = tl.where(head_cut, tl.minimum(it_end, (first_tile + 1) * k_iters), it_start)
+    tail_lo = tl.where(tail_cut, last_tile * k_iters, it_end)
+    tail_len = it_end - tail_lo
+    cuts_len = tail_len + (head_hi - it_start)
 
-    # Cut tiles first: their fixups then overlap the other programs' streaming.
-    if head_cut:
-        _cut_tile(x_ptr, w_ptr, out_ptr, partial_ptr, sem_ptr, first_tile, it_start,
-                  tl.minimum(it_end, (first_tile + 1) * k_iters), 0, total, T, N, D,
-                  stride_xt, stride_xd, stride_wn, stride_wd, t_tiles, n_tiles, k_iters,
-                  BLOCK_T, BLOCK_N, BLOCK_K, GROUP_T)  # fmt: skip
-    if tail_cut:
-        _cut_tile(x_ptr, w_ptr, out_ptr, partial_ptr, sem_ptr, last_tile, last_tile * k_iters, it_end, 1,
-                  total, T, N, D, stride_xt, stride_xd, stride_wn, stride_wd, t_tiles, n_tiles, k_iters,
-                  BLOCK_T, BLOCK_N, BLOCK_K, GROUP_T)  # fmt: skip
-
-    # Whole tiles: one flat loop over their iterations (pipelined across tile boundaries); a tile's
-    # accumulator is rounded and stored at its last K step.
-    whole_lo = (first_tile + head_cut.to(tl.int32)) * k_iters
-    whole_hi = (last_tile + 1 - tail_cut.to(tl.int32)) * k_iters
+    # One flat loop, so one pipeline for the whole run, visiting the cut tail first, then the cut
+    # head, then the whole tiles: the fixups of cut tiles happen while every other program is still
+    # streaming, never as a dependent tail at the end of the kernel.
     acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
-    for it in range(whole_lo, whole_hi):
+    for v in range(0, it_end - it_start):
+        it = tl.where(
+            v < tail_len, tail_lo + v, tl.where(v < cuts_len, it_start + (v - tail_len), head_hi + (v - cuts_len))
+        )
         tile = it // k_iters
         kk = it - tile * k_iters
         t_idx, n_idx = _tile_coords(tile, t_tiles, n_tiles, GROUP_T)
         acc = _mma_step(x_ptr, w_ptr, acc, t_idx, n_idx, kk, T, N, D,
                         stride_xt, stride_xd, stride_wn, stride_wd, BLOCK_T, BLOCK_N, BLOCK_K)  # fmt: skip
-        if kk == k_iters - 1:
+        if (v == tail_len - 1) | (v == cuts_len - 1):  # the end of a cut part: slot 1 tail, 0 head
+            _publish_and_fix_up(out_ptr, partial_ptr, sem_ptr, acc, tile, tl.where(v < tail_len, 1, 0), total,
+                                T, N, t_tiles, n_tiles, k_iters, BLOCK_T, BLOCK_N, GROUP_T, MAX_SHARES)  # fmt: skip
+            acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
+        elif (v >= cuts_len) & (kk == k_iters - 1):  # the end of a whole tile
             _store_tile(out_ptr, acc, t_idx, n_idx, T, N, BLOCK_T, BLOCK_N)
             acc = tl.zeros((BLOCK_T, BLOCK_N), dtype=tl.float32)
 
@@ -354,5 +385,6 @@ def qkv_gate_proj(x_TD: torch.Tensor, w_qkvg_ND: torch.Tensor) -> torch.Tensor:
         w_qkvg_ND.stride(0),
         w_qkvg_ND.stride(1),
         t_bucket,
+        sms,
     )
     return out_TN
