@@ -99,6 +99,7 @@ def _gpu_configs() -> list[triton.Config]:
         (32, 64, 16, 4, 3),
         (64, 64, 32, 4, 3),
         (32, 64, 2, 4, 4),  # T = 1000: 16 token tiles x 8 x 2 = 256 programs
+        (16, 64, 1, 4, 4),  # T = 1000: 16 x 16 = 256 programs, no fixup
         (64, 64, 1, 4, 4),
     ]
     configs = [
@@ -123,7 +124,7 @@ def _interpreter_config(T: int, D: int) -> dict:
 
 def _prune(configs, named_args, **kwargs):
     """FMA configs for small T only, with a register tile of at most 8K FP32 per program; BF16x3
-    for T >= 8; split-K only where the token tiles alone do not fill the GPU."""
+    for T >= 8; at least 64 programs (the weight read needs the SMs), split-K only up to 1024."""
     t_bucket, E, D = named_args["t_bucket"], named_args["E"], kwargs["D"]
     kept = []
     for c in configs:
@@ -136,7 +137,7 @@ def _prune(configs, named_args, **kwargs):
         if use_mma and t_bucket < MMA_MIN_T:
             continue
         programs = triton.cdiv(E, block_e) * split_k * triton.cdiv(t_bucket, block_t)
-        if split_k > 1 and programs > 1024:
+        if (split_k > 1 and programs > 1024) or programs < 64:  # < 64: half the SMs idle
             continue
         kept.append(c)
     return kept or [min(configs, key=lambda c: c.kwargs["SPLIT_K"])]
