@@ -17,3 +17,51 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip_gpu)
+
+
+# ---- the planted candidates, evaluated once per session (tests/fixtures/README.md) -------------------
+# One runner call for every planted file: the children run in parallel, and each test reads the
+# records it is about. The secret the sandbox fixtures look for is planted here, in the parent.
+PLANTED_DIR = os.path.join(os.path.dirname(__file__), "fixtures", "fuse_norm")
+PLANTED_SECRET_ENV = ("BEAM_TEST_SECRET_TOKEN", "hunter2-env-secret")
+PLANTED_SECRET_FILE = ("/tmp/beam-harness-test-secret/credentials", "hunter2-file-secret")
+PLANTED_SHAPE = "T=3"  # beam width: the allocator reuses poisoned blocks of this size reliably
+PLANTED_TIMEOUT_S = 25.0  # the hanging fixture costs this much; honest children need ~3-5 s
+
+
+@pytest.fixture(scope="session")
+def planted_run(tmp_path_factory):
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    files = sorted(f for f in os.listdir(PLANTED_DIR) if f.endswith(".py"))
+    planted = [candidates.load(os.path.join(PLANTED_DIR, f), task.name, task.op_name) for f in files]
+    secret_dir = os.path.dirname(PLANTED_SECRET_FILE[0])
+    os.makedirs(secret_dir, exist_ok=True)
+    with open(PLANTED_SECRET_FILE[0], "w") as f:
+        f.write(PLANTED_SECRET_FILE[1])
+    os.chmod(PLANTED_SECRET_FILE[0], 0o644)  # readable by anyone: only the sandbox stands in the way
+    os.environ[PLANTED_SECRET_ENV[0]] = PLANTED_SECRET_ENV[1]
+    results = tmp_path_factory.mktemp("planted-results")
+    settings = runner.EvaluationSettings(
+        device="cpu", shapes=(PLANTED_SHAPE,), seeds=(1, 2), parity_timeout_s=PLANTED_TIMEOUT_S,
+        results_dir=str(results), cache_dir=str(tmp_path_factory.mktemp("planted-cache")), progress=False,
+    )  # fmt: skip
+    try:
+        result = runner.evaluate(task, planted, settings, echo=lambda _: None)
+    finally:
+        del os.environ[PLANTED_SECRET_ENV[0]]
+        os.remove(PLANTED_SECRET_FILE[0])
+    return result
+
+
+@pytest.fixture
+def planted(planted_run):
+    """The record of one planted candidate (by file stem) on the planted shape."""
+
+    def get(name: str):
+        (record,) = planted_run.for_implementation(name)
+        return record
+
+    return get

@@ -1,0 +1,278 @@
+"""Benchmark methodology, in one place: how a time is measured, summarized and compared to a floor.
+
+Runs in a child process on the GPU (harness/child.py). Every implementation of a task (candidate,
+reference, torch.compile of the reference, library baselines) is timed in the SAME process,
+interleaved round-robin (sample i times every implementation once, starting from a rotating one),
+so that clock and thermal drift hit them alike and their ratio means something.
+
+- Inputs rotate: ROTATIONS distinct input sets (from distinct seeds), enough to cover
+  `l2_cover` x the L2 cache when they are small, so a call does not find its inputs L2-hot from
+  the previous call (small decode activations stay L2-hot, as they are in a real decode step).
+- Decode-size shapes (T <= decode_max_tokens): `graph_calls` calls, each on the next input set,
+  captured in one CUDA graph; one timed window = one replay; per-call time = window / graph_calls.
+  Graph replay removes the Python/launch overhead that would otherwise be most of a 3 us kernel.
+  If capture fails (a host synchronization in the implementation), events are used instead and
+  the timing says so.
+- Larger shapes: CUDA events around `event_calls` calls on the real stream; the L2 is flushed
+  (a write over 2x its size) before each window, outside it.
+- Every window ends with a device-wide synchronization BEFORE its end event, so work left on a
+  side stream is inside the window; its fixed cost (a few us) is amortized over the calls.
+- Warm-up windows first (compilation, autotuning, allocator), then `samples` windows per
+  implementation (fewer if a window is slow: `max_seconds` bounds each implementation per shape).
+  Summary: p20 / p50 / p80 of the per-call times; (p80 - p20) / p50 is the noise band.
+- Roofline: the floor of a shape is max(bytes / copy bandwidth, flops / GEMM rate), both measured
+  in the same process (a large device-to-device copy, read + write counted; a large BF16 GEMM).
+  floor_fraction = floor / p50 (1.0 is at the roofline); a p50 below the floor is suspicious.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from harness.records import Timing
+
+QUANTILES = (0.2, 0.5, 0.8)
+
+
+@dataclass(frozen=True)
+class BenchSettings:
+    warmup_windows: int = 3
+    samples: int = 40
+    min_samples: int = 10
+    max_seconds: float = 8.0  # per implementation and shape, over all samples
+    decode_max_tokens: int = 64  # T <= this: CUDA-graph replay
+    graph_calls: int = 100  # calls captured per graph (one timed window)
+    event_calls: int = 3  # calls per timed window for larger shapes
+    rotations_max: int = 64
+    l2_cover: float = 2.0  # rotate enough input sets to cover this multiple of the L2 cache
+    rotation_bytes_max: int = 16 << 30
+    copy_bytes: int = 1 << 30  # buffer of the bandwidth measurement
+    gemm_size: int = 8192  # M = N = K of the GEMM-rate measurement
+
+    def __post_init__(self) -> None:
+        problems = [
+            f"{name}={getattr(self, name)} must be >= 1"
+            for name in ("warmup_windows", "samples", "min_samples", "graph_calls", "event_calls", "rotations_max")
+            if getattr(self, name) < 1
+        ]
+        if self.min_samples > self.samples:
+            problems.append(f"min_samples={self.min_samples} exceeds samples={self.samples}")
+        if self.max_seconds <= 0 or self.l2_cover < 0:
+            problems.append(f"max_seconds={self.max_seconds} must be > 0 and l2_cover={self.l2_cover} >= 0")
+        if problems:
+            raise ValueError("invalid bench settings: " + "; ".join(problems))
+
+
+def quantile(values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (numpy's default)."""
+    if not values:
+        raise ValueError("quantile of no values")
+    s = sorted(values)
+    pos = q * (len(s) - 1)
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(per_call_us: list[float], method: str, calls_per_window: int, note: str | None) -> Timing:
+    p20, p50, p80 = (quantile(per_call_us, q) for q in QUANTILES)
+    return Timing(p20, p50, p80, method, len(per_call_us), calls_per_window, note)
+
+
+def floor_us(bytes_: int, flops: int, copy_gbps: float, gemm_tflops: float | None) -> float:
+    """The roofline floor of one call in microseconds."""
+    memory_us = bytes_ / (copy_gbps * 1e3)
+    compute_us = flops / (gemm_tflops * 1e6) if flops and gemm_tflops else 0.0
+    return max(memory_us, compute_us)
+
+
+def rotation_count(set_bytes: int, l2_bytes: int, settings: BenchSettings) -> int:
+    wanted = math.ceil(settings.l2_cover * l2_bytes / max(set_bytes, 1))
+    fits = max(1, settings.rotation_bytes_max // max(set_bytes, 1))
+    return max(1, min(settings.rotations_max, wanted, fits))
+
+
+# ---- the device measurements (CUDA only) --------------------------------------------------------
+def _events_ms(fn: Callable[[], None], repeats: int) -> list[float]:
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        torch.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    return times
+
+
+def measure_copy_gbps(settings: BenchSettings) -> float:
+    """Device-to-device copy bandwidth, read + write counted, median of 10."""
+    n = settings.copy_bytes // 2
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").fill_(1.0)
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    ms = quantile(_events_ms(lambda: dst.copy_(src), 10), 0.5)
+    return 2 * src.nbytes / (ms * 1e-3) / 1e9
+
+
+def measure_gemm_tflops(settings: BenchSettings) -> float:
+    """BF16 GEMM rate at M = N = K = gemm_size, median of 10."""
+    n = settings.gemm_size
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    out = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+    torch.mm(a, b, out=out)
+    ms = quantile(_events_ms(lambda: torch.mm(a, b, out=out), 10), 0.5)
+    return 2 * n**3 / (ms * 1e-3) / 1e12
+
+
+# ---- timing one shape ------------------------------------------------------------------------------
+@dataclass
+class _Timer:
+    """One implementation's timed window, CUDA graph or events."""
+
+    name: str
+    window: Callable[[], float]  # runs one timed window, returns per-call microseconds
+    method: str
+    calls: int
+    note: str | None = None
+    keep: Any = None  # what must outlive the timer (a graph and its static outputs)
+
+
+def _warm_on_side_stream(fn: Callable[..., Any], input_sets: list[dict]) -> None:
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up off the capture stream, as CUDA graphs require
+        for i in range(3):
+            fn(**input_sets[i % len(input_sets)])
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+
+
+def _graph_timer(name: str, fn: Callable[..., Any], input_sets: list[dict], settings: BenchSettings) -> _Timer:
+    graph = torch.cuda.CUDAGraph()
+    keep = []
+    with torch.cuda.graph(graph):
+        for i in range(settings.graph_calls):
+            keep.append(fn(**input_sets[i % len(input_sets)]))
+    calls = settings.graph_calls
+
+    def window() -> float:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        torch.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / calls
+
+    return _Timer(name, window, "cuda_graph", calls, keep=(graph, keep))
+
+
+def _event_timer(
+    name: str, fn: Callable[..., Any], input_sets: list[dict], settings: BenchSettings, flush: torch.Tensor | None,
+    note: str | None,
+) -> _Timer:  # fmt: skip
+    calls = settings.event_calls
+    counter = [0]
+
+    def window() -> float:
+        if flush is not None:
+            flush.zero_()  # evict the L2, outside the window
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(calls):
+            fn(**input_sets[counter[0] % len(input_sets)])
+            counter[0] += 1
+        torch.cuda.synchronize()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / calls
+
+    return _Timer(name, window, "events", calls, note)
+
+
+def make_timer(
+    name: str, fn: Callable[..., Any], input_sets: list[dict], decode: bool, settings: BenchSettings,
+    flush: torch.Tensor | None,
+) -> _Timer:  # fmt: skip
+    """A graph timer for decode-size shapes (events, with the reason, if capture fails)."""
+    _warm_on_side_stream(fn, input_sets)  # an implementation that fails here fails, whatever the method
+    if not decode:
+        return _event_timer(name, fn, input_sets, settings, flush, None)
+    try:
+        return _graph_timer(name, fn, input_sets, settings)
+    except Exception as e:  # capture refused (host sync, allocation, ...): fall back, and say so
+        torch.cuda.synchronize()
+        note = f"graph capture failed ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); events"
+        return _event_timer(name, fn, input_sets, settings, None, note)
+
+
+def time_interleaved(timers: list[_Timer], settings: BenchSettings) -> dict[str, Timing | str]:
+    """Warm up every timer, then sample them round-robin; bounded by max_seconds per timer.
+
+    An implementation that raises is dropped from the rotation and reported by its error message
+    (a string in place of its Timing); the others go on."""
+    failed: dict[str, str] = {}
+
+    def run(t: _Timer) -> float | None:
+        try:
+            return t.window()
+        except Exception as e:  # the implementation's failure is data: the others keep their samples
+            torch.cuda.synchronize()
+            failed[t.name] = f"{type(e).__name__}: {e}"[:500]
+            return None
+
+    slowest_window_s = 0.0
+    for _ in range(settings.warmup_windows):
+        for t in timers:
+            if t.name not in failed:
+                began = time.perf_counter()
+                run(t)
+                slowest_window_s = max(slowest_window_s, time.perf_counter() - began)
+    affordable = int(settings.max_seconds / slowest_window_s) if slowest_window_s > 0 else settings.samples
+    samples = max(settings.min_samples, min(settings.samples, affordable))
+    per_call: dict[str, list[float]] = {t.name: [] for t in timers}
+    for i in range(samples):
+        k = i % len(timers)
+        for t in timers[k:] + timers[:k]:
+            if t.name not in failed and (us := run(t)) is not None:
+                per_call[t.name].append(us)
+    return {
+        t.name: failed[t.name] if t.name in failed else summarize(per_call[t.name], t.method, t.calls, t.note)
+        for t in timers
+    }
+
+
+def l2_flush_buffer() -> torch.Tensor:
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    return torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+
+
+def time_shape(
+    task: Any, shape: Any, impls: dict[str, Callable[..., Any]], settings: BenchSettings, seed_base: int,
+    flush: torch.Tensor | None,
+) -> dict[str, Timing | str]:  # fmt: skip
+    """Time every implementation on one shape, interleaved, on rotating seeded inputs."""
+    device = torch.device("cuda")
+    first = task.make_inputs(shape, seed_base, device)
+    set_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
+    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
+    n_sets = rotation_count(set_bytes, l2_bytes, settings)
+    input_sets = [first] + [task.make_inputs(shape, seed_base + i, device) for i in range(1, n_sets)]
+    decode = shape.params.get("T", math.inf) <= settings.decode_max_tokens
+    failed: dict[str, str] = {}
+    timers = []
+    for name, fn in impls.items():
+        try:
+            timers.append(make_timer(name, fn, input_sets, decode, settings, flush))
+        except Exception as e:  # an implementation that cannot even warm up: reported, the others go on
+            torch.cuda.synchronize()
+            failed[name] = f"{type(e).__name__}: {e}"[:500]
+    return {**failed, **time_interleaved(timers, settings)}

@@ -1,0 +1,181 @@
+"""Candidate files: discovery, identity and metadata, read WITHOUT importing them.
+
+A candidate is `candidate_kernels/<task>/<name>.py` (the contract: candidate_kernels/README.md).
+The parent process never imports candidate code: it parses the file (`ast`), checks that a
+top-level function named like the reference op (`Task.op_name`) exists, and reads the top-level
+`CANDIDATE = {...}` literal with `ast.literal_eval`. Only a sandboxed child process imports it.
+
+Identity is the content hash (SHA-256 of the file's bytes): two files with the same bytes are one
+candidate, and an edited file is a new candidate.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from harness.environment import REPO_ROOT
+
+CANDIDATES_ROOT = REPO_ROOT / "candidate_kernels"
+AUTHOR_KINDS = ("human", "agent")
+METADATA_KEYS = ("author", "model", "parent", "idea")
+MAX_IDEA_CHARS = 200
+
+
+class CandidateError(ValueError):
+    """A candidate file breaks the contract (bad input: the CLI exits 1 with this message)."""
+
+
+@dataclass(frozen=True)
+class CandidateMeta:
+    """The `CANDIDATE` dict of a candidate file. `parent` names the candidate it was derived from
+    (a file name in the same folder or a content hash), `model` the model that wrote it (agents)."""
+
+    author: Literal["human", "agent"]
+    model: str | None
+    parent: str | None
+    idea: str
+
+    def __post_init__(self) -> None:
+        if self.author not in AUTHOR_KINDS:
+            raise ValueError(f"author must be one of {AUTHOR_KINDS}; got {self.author!r}")
+        if self.author == "agent" and not (isinstance(self.model, str) and self.model.strip()):
+            raise ValueError(f"an agent-written candidate must name its model (a non-empty str); got {self.model!r}")
+        if self.model is not None and not isinstance(self.model, str):
+            raise ValueError(f"model must be a str or None; got {self.model!r}")
+        if self.parent is not None and not (isinstance(self.parent, str) and self.parent.strip()):
+            raise ValueError(f"parent must be a non-empty str or None; got {self.parent!r}")
+        if not isinstance(self.idea, str) or not self.idea.strip():
+            raise ValueError(f"idea must be a non-empty one-line str; got {self.idea!r}")
+        if "\n" in self.idea or len(self.idea) > MAX_IDEA_CHARS:
+            raise ValueError(f"idea must be one line of at most {MAX_IDEA_CHARS} characters; got {self.idea!r}")
+
+    def to_dict(self) -> dict[str, str | None]:
+        return {"author": self.author, "model": self.model, "parent": self.parent, "idea": self.idea}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A validated candidate file. `name` is the file stem; `content_hash` its identity."""
+
+    task: str
+    name: str
+    path: Path
+    content_hash: str
+    meta: CandidateMeta
+
+    @property
+    def short_hash(self) -> str:
+        return self.content_hash[:12]
+
+    @property
+    def display_path(self) -> str:
+        """Repository-relative when inside the repository, else absolute."""
+        try:
+            return str(self.path.relative_to(REPO_ROOT))
+        except ValueError:
+            return str(self.path)
+
+
+def content_hash(source: bytes) -> str:
+    return hashlib.sha256(source).hexdigest()
+
+
+def task_dir(task: str) -> Path:
+    return CANDIDATES_ROOT / task
+
+
+def _metadata(tree: ast.Module, path: Path) -> CandidateMeta:
+    assigns = [
+        node
+        for node in tree.body
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "CANDIDATE" for t in node.targets)
+    ]
+    if len(assigns) != 1:
+        raise CandidateError(
+            f"{path}: expected exactly one top-level `CANDIDATE = {{...}}` assignment; found {len(assigns)}"
+        )
+    try:
+        raw = ast.literal_eval(assigns[0].value)
+    except ValueError as e:
+        raise CandidateError(f"{path}: CANDIDATE must be a literal dict (read without importing the file): {e}") from e
+    if not isinstance(raw, dict):
+        raise CandidateError(f"{path}: CANDIDATE must be a dict; got {type(raw).__name__}")
+    if set(raw) != set(METADATA_KEYS):
+        missing, extra = sorted(set(METADATA_KEYS) - set(raw)), sorted(set(raw) - set(METADATA_KEYS))
+        raise CandidateError(
+            f"{path}: CANDIDATE keys must be exactly {list(METADATA_KEYS)}; missing {missing}, unexpected {extra}"
+        )
+    try:
+        return CandidateMeta(**raw)
+    except ValueError as e:
+        raise CandidateError(f"{path}: CANDIDATE metadata invalid: {e}") from e
+
+
+def _check_launcher(tree: ast.Module, path: Path, op_name: str) -> None:
+    defs = {node.name for node in tree.body if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    if op_name not in defs:
+        public = sorted(d for d in defs if not d.startswith("_"))
+        raise CandidateError(
+            f"{path}: no top-level launcher `def {op_name}(...)` (the reference op's name); "
+            f"public functions found: {public}"
+        )
+
+
+def load(path: Path | str, task: str, op_name: str) -> Candidate:
+    """Validate one candidate file for `task` (launcher `op_name`) without importing it."""
+    path = Path(path).resolve()
+    if not path.is_file():
+        raise CandidateError(f"candidate file {str(path)!r} does not exist")
+    if path.suffix != ".py":
+        raise CandidateError(f"candidate {str(path)!r} must be a .py file")
+    source = path.read_bytes()
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as e:
+        raise CandidateError(f"{path}: not valid Python: {e.msg} (line {e.lineno})") from e
+    _check_launcher(tree, path, op_name)
+    return Candidate(
+        task=task, name=path.stem, path=path, content_hash=content_hash(source), meta=_metadata(tree, path)
+    )
+
+
+def discover(task: str, op_name: str, root: Path = CANDIDATES_ROOT) -> list[Candidate]:
+    """Every `<root>/<task>/*.py` except `_`-prefixed helpers (e.g. `__init__.py`), sorted by name."""
+    folder = root / task
+    if not folder.is_dir():
+        return []
+    return [load(p, task, op_name) for p in sorted(folder.glob("*.py")) if not p.name.startswith("_")]
+
+
+def resolve(task: str, op_name: str, selectors: tuple[str, ...], root: Path = CANDIDATES_ROOT) -> list[Candidate]:
+    """Candidates named by `selectors` (a file stem in `<root>/<task>/`, or a path); all of them when empty.
+
+    Problems with every selector are collected and raised together, so a typo in one of five
+    names does not hide a broken metadata dict in another.
+    """
+    if not selectors:
+        return discover(task, op_name, root)
+    folder = root / task
+    known = sorted(p.stem for p in folder.glob("*.py") if not p.name.startswith("_")) if folder.is_dir() else []
+    found: list[Candidate] = []
+    problems: list[str] = []
+    for sel in selectors:
+        as_path = Path(sel)
+        path = as_path if as_path.suffix == ".py" else folder / f"{sel}.py"
+        if not path.is_file():
+            problems.append(f"candidate {sel!r} not found for task {task!r} (looked for {path}); known: {known}")
+            continue
+        try:
+            found.append(load(path, task, op_name))
+        except CandidateError as e:
+            problems.append(str(e))
+    if problems:
+        raise CandidateError("\n".join(problems))
+    seen: dict[str, Candidate] = {}
+    for c in found:
+        seen.setdefault(c.content_hash, c)  # the same bytes twice is one candidate
+    return list(seen.values())

@@ -1,0 +1,432 @@
+"""The child process: one implementation, imported inside the sandbox, run on fresh seeded inputs.
+
+`python -P -m harness.child <job>/request.json`, started by harness/sandbox.py:run_child. It
+reports JSON lines to a file the parent owns (opened before any isolation), and saves outputs in
+its scratch directory. It judges nothing numerically: the parent regenerates the inputs from the
+seeds, runs the reference and the FP64 evaluation, and compares (harness/parity.py).
+
+Modes:
+  parity  import the implementation (a candidate: after the audit hook), then for every shape and
+          seed: fresh inputs, poisoned allocator, one call under the cheat checks, outputs saved.
+          The reference never runs here, so no stale reference output exists to be found.
+  bench   (GPU) warm the baselines (reference, torch.compile of it, library kernels; their outputs
+          are saved for parity when the child is the trusted baseline child), then import the
+          candidate if any, measure the roofline ceilings and time everything interleaved
+          (harness/bench.py); finally re-check the watched functions.
+
+Cheat checks around every candidate call (names as recorded):
+  non_tensor_output         an output that is not exactly a torch.Tensor (a subclass, a list, ...)
+  output_aliases_input      an output sharing storage with an input (or outputs sharing storage)
+  cached_result             an output whose storage an earlier call already returned (the parent
+                            also flags outputs equal to the previous call's on different inputs)
+  inputs_mutated            a tensor input changed, other than the task's `mutated` ones
+  async_work                an output that changes after return, once the device is synchronized
+                            and threads had `settle_s` to finish (side streams, threads)
+  background_thread         a Python thread started by the call still alive when it returns
+  patched_function          timers, torch.cuda.Event/synchronize, torch.equal, builtins, harness
+                            or task functions rebound (identities snapshot before import)
+  fallback_to_reference     a reference_model code object executed during the call (sys.setprofile)
+  profile_hook_removed      the call removed the profile hook that watches for the fallback
+  stale_memory              (parent) an output holding the allocator poison pattern: it was never
+                            written, and would have shown whatever an earlier op left there
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+import types
+from pathlib import Path
+from typing import Any
+
+from harness import sandbox
+
+POISON_WORD = 0x7FA1  # as int16: NaN in BF16 and FP16; 0x7FA17FA1 is NaN in FP32
+POISON_COPIES = 8  # same-size buffers poisoned per input size (malloc and the caching allocator reuse them)
+POISON_BIG_BYTES = 256 << 20  # on CUDA: one large block for the allocator to split
+
+
+class Reporter:
+    """JSON lines to the parent's report file; the fd is opened before the sandbox closes in."""
+
+    def __init__(self, path: str):
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+
+    def emit(self, event: str, **fields: Any) -> None:
+        line = json.dumps({"event": event, **fields}, default=str) + "\n"
+        os.write(self._fd, line.encode())
+
+
+# ---- watched identities -------------------------------------------------------------------------
+def _watched_namespaces(task_module: types.ModuleType) -> dict[str, Any]:
+    import torch
+
+    from reference_model import ops
+
+    spaces = {
+        "torch": torch, "torch.Tensor": torch.Tensor, "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event,
+        "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph, "torch.testing": torch.testing, "time": time,
+        "threading": threading, "builtins": builtins, "sys": sys, "harness.child": sys.modules[__name__],
+        "harness.sandbox": sandbox, "reference_model.ops": ops, task_module.__name__: task_module,
+    }  # fmt: skip
+    if "harness.bench" in sys.modules:
+        spaces["harness.bench"] = sys.modules["harness.bench"]
+    return spaces
+
+
+def snapshot_identities(task_module: types.ModuleType) -> dict[tuple[str, str], Any]:
+    snap = {}
+    for space, obj in _watched_namespaces(task_module).items():
+        for name, value in list(vars(obj).items()):
+            if callable(value) or isinstance(value, staticmethod | classmethod | property):
+                snap[(space, name)] = value
+    return snap
+
+
+def changed_identities(snap: dict[tuple[str, str], Any], task_module: types.ModuleType) -> list[str]:
+    spaces = _watched_namespaces(task_module)
+    missing = object()
+    return [
+        f"patched_function: {space}.{name}"
+        for (space, name), value in snap.items()
+        if vars(spaces[space]).get(name, missing) is not value
+    ]
+
+
+# ---- the fallback watch --------------------------------------------------------------------------
+def _code_objects(module: types.ModuleType) -> set[types.CodeType]:
+    codes: set[types.CodeType] = set()
+
+    def add(code: types.CodeType) -> None:
+        codes.add(code)
+        for const in code.co_consts:
+            if isinstance(const, types.CodeType):
+                add(const)
+
+    for value in vars(module).values():
+        fn = getattr(value, "__wrapped__", value)
+        if isinstance(fn, types.FunctionType) and fn.__module__ == module.__name__:
+            add(fn.__code__)
+        elif isinstance(value, type) and value.__module__ == module.__name__:
+            for attr in vars(value).values():
+                if isinstance(attr, types.FunctionType):
+                    add(attr.__code__)
+    return codes
+
+
+class FallbackWatch:
+    """sys.setprofile hook: records any reference_model function executed while it is on."""
+
+    def __init__(self, enabled: bool = True):
+        self.codes: set[types.CodeType] = set()
+        for name, module in list(sys.modules.items()):
+            if enabled and (name == "reference_model" or name.startswith("reference_model.")):
+                self.codes |= _code_objects(module)
+        self.hits: list[str] = []
+        self.removed = False
+
+    def _profile(self, frame, event, arg):
+        if event == "call" and frame.f_code in self.codes:
+            where = f"{frame.f_code.co_filename.rsplit('/', 1)[-1]}:{frame.f_code.co_name}"
+            if where not in self.hits:
+                self.hits.append(where)
+
+    def __enter__(self):
+        threading.setprofile(self._profile)
+        sys.setprofile(self._profile)
+        return self
+
+    def __exit__(self, *exc):
+        still_ours = sys.getprofile() == self._profile
+        sys.setprofile(None)
+        threading.setprofile(None)
+        self.removed = not still_ours
+        return False
+
+
+# ---- the parity loop ---------------------------------------------------------------------------------
+def _poison(torch, device, inputs: dict[str, Any]) -> None:
+    """Fill and free buffers the sizes of the inputs (and a large one on CUDA) with a NaN pattern, so
+    that an output the implementation never writes shows the pattern instead of stale data."""
+    sizes = sorted({v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor)})
+    buffers = []
+    if device.type == "cuda":
+        total = sum(sizes)
+        buffers.append(torch.full((max(POISON_BIG_BYTES, 2 * total) // 2,), POISON_WORD, dtype=torch.int16,
+                                  device=device))  # fmt: skip
+    for nbytes in sizes:
+        for _ in range(POISON_COPIES):
+            buffers.append(torch.full(((nbytes + 1) // 2,), POISON_WORD, dtype=torch.int16, device=device))
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    del buffers
+
+
+def _storage_ptr(t) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _bit_equal(torch, a, b) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.numel() == 0:
+        return True
+    return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
+
+
+def _classify(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    if "CUDA error" in text or type(exc).__name__ == "AcceleratorError" or "cudaError" in text:
+        return "cuda_fault"
+    compile_errors = tuple(
+        cls
+        for mod, name in (("triton.compiler.errors", "CompilationError"), ("triton.runtime.errors", "OutOfResources"))
+        if (cls := getattr(sys.modules.get(mod), name, None)) is not None
+    )
+    if compile_errors and isinstance(exc, compile_errors):
+        return "compile_error"
+    return "runtime_error"
+
+
+def checked_call(torch, task, launcher, inputs, device, settle_s, earlier_ptrs, guard, watch_fallback):
+    """Call the launcher once under every in-process check. Returns (what it returned, cheats found)."""
+    snapshot = {k: v.clone() for k, v in inputs.items() if isinstance(v, torch.Tensor) and k not in task.mutated}
+    input_ptrs = {_storage_ptr(v): k for k, v in inputs.items() if isinstance(v, torch.Tensor) and v.numel()}
+    _poison(torch, device, inputs)
+    threads_before = set(threading.enumerate())
+    watch = FallbackWatch(enabled=watch_fallback)
+    with watch:
+        returned = launcher(**inputs)
+    new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
+    cheats: list[str] = []
+    items = list(returned) if isinstance(returned, tuple | list) else [returned]
+    tensors = [t for t in items if type(t) is torch.Tensor]
+    for i, t in enumerate(items):
+        if type(t) is not torch.Tensor:
+            cheats.append(f"non_tensor_output: output {i} is {type(t).__module__}.{type(t).__qualname__}")
+    immediate = [t.clone() for t in tensors]
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    time.sleep(settle_s)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    if new_threads:
+        cheats.append(f"background_thread: {len(new_threads)} thread(s) still running after return "
+                      f"({', '.join(t.name for t in new_threads[:3])})")  # fmt: skip
+    for i, (t, first) in enumerate(zip(tensors, immediate, strict=True)):
+        if not _bit_equal(torch, t, first):
+            cheats.append(f"async_work: output {i} changed after the call returned (side stream or thread)")
+    seen: dict[int, int] = {}
+    for i, t in enumerate(tensors):
+        if not t.numel():
+            continue
+        ptr = _storage_ptr(t)
+        if ptr in input_ptrs:
+            cheats.append(f"output_aliases_input: output {i} shares storage with input {input_ptrs[ptr]!r}")
+        elif ptr in seen:
+            cheats.append(f"output_aliases_input: outputs {seen[ptr]} and {i} share storage")
+        elif ptr in earlier_ptrs:
+            cheats.append(f"cached_result: output {i} is storage an earlier call returned ({earlier_ptrs[ptr]})")
+        seen[ptr] = i
+    for name, before in snapshot.items():
+        if not _bit_equal(torch, inputs[name], before):
+            cheats.append(f"inputs_mutated: input {name!r} was written (only {list(task.mutated)} may be)")
+    if watch.hits:
+        cheats.append(f"fallback_to_reference: executed {', '.join(watch.hits[:5])}")
+    if watch.removed:
+        cheats.append("profile_hook_removed: the call replaced the harness's profile hook")
+    cheats += changed_identities(guard, sys.modules[task.make_inputs.__module__])
+    return returned, cheats
+
+
+def parity_loop(torch, request, task, fn, impl, report, monitor, guard, keep_alive, watch_fallback) -> None:
+    """Every shape and seed through `checked_call`; outputs saved for the parent to judge."""
+    device = torch.device(request["device"])
+    out_dir = Path(request["scratch"]) / "outputs"
+    out_dir.mkdir(exist_ok=True)
+    earlier_ptrs: dict[int, str] = {}
+    violations = (lambda: list(monitor.violations)) if monitor else list
+    for shape_label in request["shapes"]:
+        shape = task.shape(shape_label, device)
+        for seed in request["seeds"]:
+            report.emit("call_start", impl=impl, shape=shape_label, seed=seed)
+            inputs = task.make_inputs(shape, seed, device)
+            try:
+                returned, cheats = checked_call(torch, task, fn, inputs, device, request["settle_s"], earlier_ptrs,
+                                                guard, watch_fallback)  # fmt: skip
+            except BaseException as e:  # the implementation's failure is data: recorded, the next shape runs
+                status = _classify(e)
+                report.emit("call_error", impl=impl, shape=shape_label, seed=seed, status=status,
+                            message=f"{type(e).__name__}: {e}"[:2000], traceback=traceback.format_exc()[-6000:],
+                            violations=violations())  # fmt: skip
+                if status == "cuda_fault":
+                    return  # the CUDA context is dead: nothing more can run in this process
+                break  # the remaining seeds of this shape would fail alike
+            items = list(returned) if isinstance(returned, tuple | list) else ([] if returned is None else [returned])
+            file_info: dict[str, Any] = {"file": None}
+            if all(type(t) is torch.Tensor for t in items):
+                outputs = items + [inputs[name] for name in task.mutated]
+                path = out_dir / f"{impl}-{shape_label}-{seed}.pt".replace("/", "_").replace(" ", "_")
+                torch.save({str(i): t.detach().to("cpu") for i, t in enumerate(outputs)}, path)
+                digest = hashlib.sha256(path.read_bytes()).hexdigest()
+                file_info = {"file": path.name, "sha256": digest, "n_outputs": len(outputs)}
+                for i, t in enumerate(items):
+                    earlier_ptrs.setdefault(_storage_ptr(t), f"shape {shape_label} seed {seed} output {i}")
+            keep_alive.append(returned)  # alive, so that a new allocation cannot reuse an earlier output's storage
+            report.emit("call", impl=impl, shape=shape_label, seed=seed, cheats=cheats, violations=violations(),
+                        **file_info)  # fmt: skip
+
+
+def bench_loop(torch, request, task, impls, report) -> None:
+    """Ceilings, then every shape timed with every implementation interleaved (harness/bench.py)."""
+    from harness import bench
+
+    settings = bench.BenchSettings(**request["bench"])
+    report.emit("roofline", copy_gbps=bench.measure_copy_gbps(settings),
+                gemm_tflops=bench.measure_gemm_tflops(settings) if request["needs_gemm_rate"] else None)  # fmt: skip
+    flush = bench.l2_flush_buffer()
+    for shape_label in request["shapes"]:
+        shape = task.shape(shape_label, torch.device("cuda"))
+        results = bench.time_shape(task, shape, impls, settings, request["bench_seed"], flush)
+        report.emit("timing", shape=shape_label, results={
+            name: r if isinstance(r, str) else r.__dict__ for name, r in results.items()
+        })  # fmt: skip
+        torch.cuda.empty_cache()
+
+
+# ---- setup ---------------------------------------------------------------------------------------------
+def _import_candidate(path: str, expected_hash: str, op_name: str):
+    source = Path(path).read_bytes()
+    if hashlib.sha256(source).hexdigest() != expected_hash:
+        raise RuntimeError(f"candidate copy {path} does not have the content hash {expected_hash}")
+    name = f"beam_candidate_{expected_hash[:16]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    launcher = getattr(module, op_name, None)
+    if not callable(launcher):
+        raise AttributeError(f"the module has no callable launcher {op_name!r} after import")
+    return launcher
+
+
+def _library_roots(torch) -> tuple[str, ...]:
+    import sysconfig
+
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sysconfig.get_paths()["stdlib"],
+             sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"],
+             os.path.dirname(os.path.dirname(torch.__file__))}  # fmt: skip
+    return tuple(sorted(os.path.realpath(r) for r in roots))
+
+
+def baseline_impls(task, torch, names: list[str], report) -> dict[str, Any]:
+    """reference, torch_compile and the requested library baselines; unavailable ones are reported."""
+    from tasks.task import BaselineUnavailable
+
+    impls: dict[str, Any] = {}
+    for name in names:
+        if name == "reference":
+            impls[name] = task.reference
+        elif name == "torch_compile":
+            impls[name] = torch.compile(task.reference, dynamic=False)
+        else:
+            try:
+                impls[name] = task.baselines[name]()
+            except BaselineUnavailable as e:
+                report.emit("baseline_unavailable", impl=name, message=str(e)[:1000])
+    return impls
+
+
+def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> None:
+    import torch
+
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        try:
+            from harness import interpreter_patches
+        except ImportError:
+            layers["interpreter_patches"] = "absent"
+        else:
+            interpreter_patches.apply()
+            layers["interpreter_patches"] = "applied"
+    from tasks import get_task
+
+    task = get_task(request["task"])
+    device = torch.device(request["device"])
+    torch.empty(1, device=device)  # initialize the device before the watched identities are taken
+    mode, keep_alive = request["mode"], []
+    impls = baseline_impls(task, torch, request["baselines"], report)
+    if mode == "baselines":  # trusted: no candidate code in this process
+        report.emit("isolation", layers=layers)
+        guard = snapshot_identities(sys.modules[task.make_inputs.__module__])
+        for name, fn in impls.items():
+            if name != "reference":
+                parity_loop(torch, request, task, fn, name, report, None, guard, keep_alive, watch_fallback=False)
+        if request["timing"]:
+            bench_loop(torch, request, task, impls, report)
+        report.emit("done", violations=[])
+        return
+    if mode == "bench":  # compile and warm the baselines before the watched identities are taken
+        for shape_label in request["shapes"]:
+            inputs = task.make_inputs(task.shape(shape_label, device), request["bench_seed"], device)
+            for name in list(impls):
+                try:
+                    impls[name](**inputs)
+                except Exception as e:  # reported; the candidate is timed against the baselines that run
+                    report.emit(
+                        "baseline_error", impl=name, shape=shape_label, message=f"{type(e).__name__}: {e}"[:1000]
+                    )
+                    del impls[name]
+        torch.cuda.synchronize()
+    task_module = sys.modules[task.make_inputs.__module__]
+    monitor = sandbox.Monitor(
+        writable=(os.path.realpath(request["scratch"]),),
+        own=os.path.realpath(Path(request["scratch"]).parent),
+        library_roots=_library_roots(torch),
+    )
+    monitor.install()
+    layers.update(audit_hook="active", secret_env="active")
+    report.emit("isolation", layers=layers)
+    guard = snapshot_identities(task_module)
+    candidate = request["candidate"]
+    try:
+        launcher = _import_candidate(candidate["copy"], candidate["hash"], task.op_name)
+    except BaseException as e:  # the candidate's failure is data
+        status = "compile_error" if _classify(e) == "compile_error" else "import_error"
+        report.emit("import_error", status=status, message=f"{type(e).__name__}: {e}"[:2000],
+                    traceback=traceback.format_exc()[-6000:], violations=list(monitor.violations))  # fmt: skip
+        return
+    report.emit("imported", cheats=changed_identities(guard, task_module), violations=list(monitor.violations))
+    if mode == "parity":
+        parity_loop(
+            torch, request, task, launcher, "candidate", report, monitor, guard, keep_alive, watch_fallback=True
+        )
+    else:
+        bench_loop(torch, request, task, {"candidate": launcher, **impls}, report)
+        report.emit("bench_checks", cheats=changed_identities(guard, task_module))
+    report.emit("done", violations=list(monitor.violations))
+
+
+def main(argv: list[str]) -> None:
+    request = json.loads(Path(argv[1]).read_text())
+    report = Reporter(request["report_path"])
+    code = 0
+    try:
+        layers = sandbox.enter(Path(request["scratch"]), request.get("drop"), request.get("drop_reason"))
+        run(request, report, layers)
+    except BaseException as e:  # reported, then the parent decides whose failure it was
+        report.emit("child_error", message=f"{type(e).__name__}: {e}"[:2000], traceback=traceback.format_exc()[-6000:])
+        code = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)  # no atexit handlers: nothing a candidate registered runs after the report
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,163 @@
+"""`harness <command> key=value ...`: the command line. The only module that imports Hydra.
+
+The first word(s) name the command (`COMMANDS`); the rest goes to Hydra unchanged, so overrides,
+`+key=value`, `-m` (multirun), `--cfg job` and `--help` all work. Each command is a module exposing
+a frozen `...Settings` dataclass (its fields and defaults ARE the command's configuration: no YAML
+repeats them) and a `main(settings) -> int` function (the exit status). Hydra composes the
+config once, from harness/conf/command.yaml over the dataclass's schema; `_to_settings` converts it
+once into the dataclass; nothing below this module sees a DictConfig.
+
+To add a command, add a row to COMMANDS. Modules are imported lazily: a command whose module is
+missing or broken fails alone, with a message, and `harness --help` still lists everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import sys
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+CONFIG_DIR = str(Path(__file__).resolve().parent / "conf")  # absolute: works as a script and with -m
+COMMAND_CONFIG = "command"  # harness/conf/command.yaml
+SCHEMA_NAME = "settings_schema"
+
+
+@dataclass(frozen=True)
+class Command:
+    words: tuple[str, ...]  # ("model", "info") is `harness model info`
+    module: str
+    settings: str  # the frozen dataclass in `module`
+    main: str  # the function in `module`: (settings) -> exit status
+    help: str
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.words)
+
+
+COMMANDS: tuple[Command, ...] = (
+    Command(("run",), "harness.run_cmd", "RunSettings", "run",
+            "evaluate a task's candidates: sandboxed parity, benchmark on GPU, records, promotion"),
+    Command(("results",), "harness.run_cmd", "ResultsSettings", "results",
+            "show a task's recorded runs, latest results and the promotion in force"),
+    Command(("model", "info"), "harness.model_cmd", "ModelInfoSettings", "info",
+            "parameter counts, shapes and KV-cache arithmetic of a Beam preset"),
+    Command(("model", "check"), "harness.model_cmd", "ModelCheckSettings", "check",
+            "run the reference model on a preset and check it end to end"),
+)  # fmt: skip
+
+
+def usage() -> str:
+    width = max(len(c.name) for c in COMMANDS)
+    rows = "\n".join(f"  {c.name:<{width}}  {c.help}" for c in COMMANDS)
+    return (
+        "usage: harness <command> [key=value ...] [-m] [--cfg job] [--help]\n\n"
+        f"commands:\n{rows}\n\n"
+        "Each command takes Hydra overrides; `harness <command> --help` lists its settings and defaults.\n"
+        "Example: harness run task=fuse_norm seeds=[1,2] \"shapes=['T=1','T=8']\""
+    )
+
+
+def find_command(argv: list[str]) -> tuple[Command, list[str]] | None:
+    """The command whose words start argv (the longest match), and the remaining arguments."""
+    matches = [c for c in COMMANDS if tuple(argv[: len(c.words)]) == c.words]
+    if not matches:
+        return None
+    best = max(matches, key=lambda c: len(c.words))
+    return best, argv[len(best.words) :]
+
+
+# ---- DictConfig -> frozen dataclass, once ----------------------------------------------------------
+def _convert(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value)
+    if origin is tuple:
+        (item, *_rest) = typing.get_args(tp)
+        return tuple(_convert(item, v) for v in value)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        return None if value is None else _convert(args[0], value)
+    return value
+
+
+def _build(cls: type, values: dict[str, Any]) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {f.name: _convert(hints[f.name], values[f.name]) for f in dataclasses.fields(cls) if f.name in values}
+    return cls(**kwargs)
+
+
+def _to_settings(cls: type, cfg: Any) -> Any:
+    from omegaconf import OmegaConf
+
+    return _build(cls, OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True))
+
+
+def _schema_node(cls: type):
+    """The dataclass as a typed OmegaConf node, writable (Hydra applies overrides to it)."""
+    from omegaconf import DictConfig, OmegaConf
+
+    node = OmegaConf.structured(cls)
+
+    def unfreeze(n: DictConfig) -> None:
+        n._set_flag("readonly", None)  # frozen dataclasses make read-only nodes, at every level
+        for key in n:
+            child = n._get_node(key)
+            if isinstance(child, DictConfig):
+                unfreeze(child)
+
+    unfreeze(node)
+    return node
+
+
+def run_command(command: Command, args: list[str]) -> int:
+    try:
+        module = importlib.import_module(command.module)
+        settings_cls = getattr(module, command.settings)
+        entry = getattr(module, command.main)
+    except (ImportError, AttributeError) as e:
+        print(f"error: command `harness {command.name}` needs {command.module}.{command.settings} and "
+              f".{command.main}, which do not import: {type(e).__name__}: {e}", file=sys.stderr)  # fmt: skip
+        return 1
+    import hydra
+    from hydra.core.config_store import ConfigStore
+    from omegaconf.errors import MissingMandatoryValue
+
+    ConfigStore.instance().store(name=SCHEMA_NAME, node=_schema_node(settings_cls))
+    codes: list[int] = []
+
+    @hydra.main(version_base=None, config_path=CONFIG_DIR, config_name=COMMAND_CONFIG)
+    def app(cfg) -> None:
+        try:
+            settings = _to_settings(settings_cls, cfg)
+        except (MissingMandatoryValue, ValueError) as e:  # a bad value: the settings' own validation
+            print(f"error: harness {command.name}: {e}", file=sys.stderr)
+            codes.append(1)
+            return
+        codes.append(int(entry(settings)))
+
+    saved = sys.argv
+    sys.argv = [f"harness {command.name}", *args]
+    try:
+        app()
+    finally:
+        sys.argv = saved
+    return max(codes, default=0)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(usage())
+        return 0 if argv else 1
+    found = find_command(argv)
+    if found is None:
+        known = ", ".join(c.name for c in COMMANDS)
+        print(f"error: unknown command {' '.join(argv[:2])!r}; known: {known}\n\n{usage()}", file=sys.stderr)
+        return 1
+    return run_command(*found)

@@ -1,0 +1,165 @@
+"""Promotion: which candidate the optimized model uses for a task. A pure function of records.
+
+A candidate is eligible when, in one GPU run over ALL of the task's GPU shapes, on every shape:
+it passed parity, it was timed, its time is not below the roofline floor (suspicious), and it
+beats every baseline timed in its own process beyond the noise: its p80 is below the baseline's
+p20 (the two p20..p80 bands do not overlap), for the reference, torch.compile of the reference
+and every library baseline that could run (an unavailable library is recorded, not required).
+Among eligible candidates the one with the best geometric mean, over shapes, of its smallest
+speedup over any baseline (p50 ratio) is promoted.
+
+The promotion in force changes only when the candidate in force was evaluated in the same run
+(so the two were compared on the same machine, same process conditions), or when none is in force.
+A promoted candidate that fails parity in a later run is withdrawn.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.records import (
+    DEFAULT_RESULTS_DIR,
+    PROMOTIONS_FILE,
+    EvaluationRecord,
+    PromotionRecord,
+    Status,
+    read,
+    task_results_dir,
+)
+
+REQUIRED_BASELINES = ("reference", "torch_compile")
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """One candidate's case for promotion, shape by shape."""
+
+    candidate: str
+    content_hash: str
+    path: str
+    eligible: bool
+    reasons: list[str]  # why not eligible (empty when eligible)
+    speedups: dict[str, dict[str, float]] = field(default_factory=dict)  # shape -> baseline -> p50 ratio
+    score: float | None = None  # geomean over shapes of the smallest speedup
+    evidence: list[str] = field(default_factory=list)
+
+
+def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str]) -> Assessment:
+    """The case of one candidate (its records from one run) over the task's GPU shapes."""
+    first = candidate_records[0]
+    by_shape = {r.shape_label: r for r in candidate_records}
+    reasons: list[str] = []
+    speedups: dict[str, dict[str, float]] = {}
+    worst: list[float] = []
+    for label in shapes:
+        r = by_shape.get(label)
+        if r is None:
+            reasons.append(f"{label}: not evaluated")
+            continue
+        if r.status is not Status.PASSED:
+            reasons.append(f"{label}: {r.status.value} ({r.detail})")
+            continue
+        if r.timing is None:
+            reasons.append(f"{label}: not timed ({r.timing_skipped})")
+            continue
+        if r.suspicious:
+            reasons.append(f"{label}: p50 {r.timing.p50_us:.2f} us is below the roofline floor {r.floor_us:.2f} us")
+        missing = [b for b in REQUIRED_BASELINES if b not in r.baselines_us]
+        if missing:
+            reasons.append(f"{label}: baselines {missing} were not timed beside it")
+        speedups[label] = {}
+        for baseline, t in sorted(r.baselines_us.items()):
+            speedups[label][baseline] = t["p50_us"] / r.timing.p50_us
+            if not r.timing.p80_us < t["p20_us"]:
+                reasons.append(
+                    f"{label}: not beyond noise against {baseline} (candidate p80 {r.timing.p80_us:.2f} us, "
+                    f"{baseline} p20 {t['p20_us']:.2f} us)"
+                )
+        if speedups[label]:
+            worst.append(min(speedups[label].values()))
+    score = math.exp(sum(map(math.log, worst)) / len(worst)) if worst and len(worst) == len(shapes) else None
+    return Assessment(
+        candidate=first.implementation,
+        content_hash=first.candidate_hash or "",
+        path=first.candidate_path or "",
+        eligible=not reasons,
+        reasons=reasons,
+        speedups=speedups,
+        score=score,
+        evidence=[r.record_id for r in candidate_records],
+    )
+
+
+def decide(
+    records: Sequence[EvaluationRecord],
+    task_shapes: Sequence[str],
+    current: PromotionRecord | None,
+    environment: dict[str, Any],
+) -> tuple[PromotionRecord | None, list[Assessment], str]:
+    """The promotion record this run's records call for (None: no change), the assessments, and why."""
+    candidates: dict[str, list[EvaluationRecord]] = {}
+    for r in records:
+        if r.kind == "candidate":
+            candidates.setdefault(r.candidate_hash, []).append(r)
+    if not candidates:
+        return None, [], "no candidates evaluated"
+    run_id = records[0].run_id
+    run_shapes = {r.shape_label for r in records}
+    if records[0].device != "cuda":
+        return None, [], "no promotion without GPU timings"
+    assessments = [assess(rs, task_shapes) for rs in candidates.values()]
+    if current is not None and current.action == "promote" and current.content_hash in candidates:
+        failed = [r for r in candidates[current.content_hash] if r.status is not Status.PASSED]
+        if failed:
+            reason = "; ".join(f"{r.shape_label}: {r.status.value} ({r.detail})" for r in failed)
+            withdrawal = PromotionRecord(
+                task=current.task, action="withdraw", candidate=current.candidate, path=current.path,
+                content_hash=current.content_hash, run_id=run_id, evidence=[r.record_id for r in failed],
+                reason=f"the promoted candidate failed in run {run_id}: {reason}", speedups={},
+                environment=environment,
+            )  # fmt: skip
+            return withdrawal, assessments, withdrawal.reason
+    if set(task_shapes) - run_shapes:
+        return None, assessments, f"the run covered {sorted(run_shapes)}, not every GPU shape {list(task_shapes)}"
+    if current is not None and current.action == "promote" and current.content_hash not in candidates:
+        return (
+            None,
+            assessments,
+            (
+                f"{current.candidate} ({current.content_hash[:12]}) is promoted and was not evaluated in this run; "
+                "evaluate it beside the others to change the promotion"
+            ),
+        )
+    eligible = [a for a in assessments if a.eligible]
+    if not eligible:
+        return None, assessments, "no candidate beats every baseline beyond noise on every shape"
+    best = max(eligible, key=lambda a: a.score or 0.0)
+    if current is not None and current.action == "promote" and current.content_hash == best.content_hash:
+        return None, assessments, f"{best.candidate} stays promoted (best again, geomean speedup {best.score:.3f}x)"
+    record = PromotionRecord(
+        task=records[0].task, action="promote", candidate=best.candidate, path=best.path,
+        content_hash=best.content_hash, run_id=run_id, evidence=best.evidence,
+        reason=f"beats every baseline beyond noise on every shape; geomean of worst speedups {best.score:.3f}x",
+        speedups=best.speedups, environment=environment,
+    )  # fmt: skip
+    return record, assessments, record.reason
+
+
+def history(task: str, results_dir: Path | str | None = None) -> list[PromotionRecord]:
+    path = task_results_dir(Path(results_dir or DEFAULT_RESULTS_DIR), task) / PROMOTIONS_FILE
+    return read(path, PromotionRecord)[0]
+
+
+def promoted(task: str, results_dir: Path | str | None = None) -> PromotionRecord | None:
+    """The promotion in force for `task` (None when never promoted or withdrawn since).
+
+    The record names a file and its content hash: a reader should load the file only if its bytes
+    still hash to `content_hash` (harness.candidates.content_hash)."""
+    records = history(task, results_dir)
+    if not records or records[-1].action != "promote":
+        return None
+    return records[-1]

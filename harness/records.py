@@ -1,0 +1,317 @@
+"""Append-only records in results/<task>/: what was measured, where, and what was decided.
+
+Three files per task, one JSON object per line (pandas: `load_frame`):
+  records.jsonl     one EvaluationRecord per (run, implementation, shape)
+  runs.jsonl        one RunRecord per `harness run` of the task (settings, wall time, outcome)
+  promotions.jsonl  PromotionRecords (harness/promote.py); the last one is in force
+
+Records are validated at construction, so a malformed record is a harness bug that crashes at the
+point where it is made, not a surprise for the reader. Units are in field names (`p50_us`,
+`copy_gbps`). Appending takes an exclusive lock (flock) and writes the whole line with one write()
+and an fsync: two processes appending at once never interleave, and an interrupted write can only
+leave a torn LAST line. A later append starts on a fresh line, and readers skip (and report) any
+line that does not parse, so a torn line never corrupts the records before or after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import enum
+import fcntl
+import json
+import math
+import os
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from harness.environment import REPO_ROOT
+
+DEFAULT_RESULTS_DIR = REPO_ROOT / "results"
+RECORDS_FILE, RUNS_FILE, PROMOTIONS_FILE = "records.jsonl", "runs.jsonl", "promotions.jsonl"
+
+
+class Status(enum.StrEnum):
+    """What happened to one implementation on one shape. Only PASSED may be timed and promoted."""
+
+    PASSED = "passed"
+    MISMATCH = "mismatch"  # ran, outputs wrong (shape, dtype, non-finite, values, FP64 error)
+    CHEAT_DETECTED = "cheat_detected"  # ran, and did something the contract forbids (see `cheats`)
+    SANDBOX_VIOLATION = "sandbox_violation"  # tried to read secrets, write outside scratch, use the network
+    IMPORT_ERROR = "import_error"  # the module failed to import, or has no launcher
+    COMPILE_ERROR = "compile_error"  # Triton refused to compile a kernel
+    RUNTIME_ERROR = "runtime_error"  # the launcher raised
+    CUDA_FAULT = "cuda_fault"  # a CUDA error (illegal address, launch failure): the context is dead
+    CRASH = "crash"  # the child process died (signal, abort) without reporting
+    TIMEOUT = "timeout"  # the child exceeded its time limit and was killed
+    NOT_RUN = "not_run"  # an earlier shape of the same child crashed or hung before this one ran
+    BASELINE_UNAVAILABLE = "baseline_unavailable"  # a library baseline cannot run here (not fatal)
+
+
+IMPLEMENTATION_KINDS = ("candidate", "reference", "torch_compile", "library")
+
+
+def now_utc() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ValueError(message)
+
+
+def _check_finite_numbers(obj: Any, where: str) -> None:
+    """Records are JSON: a NaN or inf would not round-trip. Producers store None (with a reason)."""
+    if isinstance(obj, float):
+        _require(math.isfinite(obj), f"{where}: non-finite number {obj!r}; store None and say why")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _check_finite_numbers(v, f"{where}.{k}")
+    elif isinstance(obj, list | tuple):
+        for i, v in enumerate(obj):
+            _check_finite_numbers(v, f"{where}[{i}]")
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Quantiles of per-call time of one implementation on one shape (harness/bench.py)."""
+
+    p20_us: float
+    p50_us: float
+    p80_us: float
+    method: str  # "cuda_graph" or "events"
+    samples: int
+    calls_per_window: int
+    note: str | None = None  # e.g. why graph capture failed and events were used instead
+
+    def __post_init__(self) -> None:
+        _require(
+            0 < self.p20_us <= self.p50_us <= self.p80_us,
+            f"timing quantiles must satisfy 0 < p20 <= p50 <= p80; got {self.p20_us}, {self.p50_us}, {self.p80_us}",
+        )
+        _require(self.method in ("cuda_graph", "events"), f"timing method {self.method!r} not in cuda_graph/events")
+        _require(self.samples > 0 and self.calls_per_window > 0, "timing needs samples > 0 and calls_per_window > 0")
+
+    @property
+    def noise(self) -> float:
+        """Relative spread (p80 - p20) / p50: the run-to-run noise band of this measurement."""
+        return (self.p80_us - self.p20_us) / self.p50_us
+
+
+@dataclass(frozen=True)
+class EvaluationRecord:
+    """One implementation on one shape in one run: parity verdict, figures, timings, environment."""
+
+    run_id: str
+    task: str
+    implementation: str  # candidate name, "reference", "torch_compile" or a library baseline's name
+    kind: str  # one of IMPLEMENTATION_KINDS
+    shape_label: str
+    shape: dict[str, Any]
+    device: str  # "cuda" or "cpu"
+    policy: str  # parity policy: "gpu" (bit-exact) or "interpreter" (see harness/parity.py)
+    seeds: list[int]
+    status: Status
+    detail: str  # one line: why this status (empty when passed)
+    environment: dict[str, Any]
+    candidate_hash: str | None = None
+    candidate_path: str | None = None
+    candidate_meta: dict[str, Any] | None = None
+    cheats: list[str] = field(default_factory=list)
+    sandbox_events: list[str] = field(default_factory=list)
+    isolation: dict[str, str] = field(default_factory=dict)
+    parity: dict[str, dict[str, Any]] = field(default_factory=dict)  # output name -> figures (parity.py)
+    timing: Timing | None = None
+    timing_skipped: str | None = None  # why there is no timing (no GPU, failed parity, ...)
+    baselines_us: dict[str, dict[str, float]] = field(default_factory=dict)  # same-process baseline timings
+    baseline_notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it has no timing here
+    speedups: dict[str, float] = field(default_factory=dict)  # baseline p50 / this p50
+    floor_us: float | None = None
+    floor_fraction: float | None = None  # floor_us / p50_us: 1.0 is the roofline
+    suspicious: bool = False  # faster than the roofline floor: a measurement or a cheat to look at
+    copy_gbps: float | None = None
+    gemm_tflops: float | None = None
+    child_wall_s: float | None = None
+    log_tail: str = ""
+    record_id: str = field(default_factory=new_id)
+    created_utc: str = field(default_factory=now_utc)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "status", Status(self.status))
+        if isinstance(self.timing, dict):
+            object.__setattr__(self, "timing", Timing(**self.timing))
+        _require(self.kind in IMPLEMENTATION_KINDS, f"kind must be one of {IMPLEMENTATION_KINDS}; got {self.kind!r}")
+        _require(self.device in ("cuda", "cpu"), f"device must be 'cuda' or 'cpu'; got {self.device!r}")
+        _require(self.policy in ("gpu", "interpreter"), f"policy must be 'gpu' or 'interpreter'; got {self.policy!r}")
+        _require(bool(self.run_id and self.task and self.implementation), "run_id, task, implementation required")
+        if self.kind == "candidate":
+            _require(
+                self.candidate_hash is not None and len(self.candidate_hash) == 64,
+                f"a candidate record needs its 64-hex content hash; got {self.candidate_hash!r}",
+            )
+        if self.status is Status.PASSED:
+            _require(bool(self.parity) or self.kind == "reference", "a passed record must carry its parity figures")
+            _require(not self.cheats and not self.sandbox_events, "a passed record cannot list cheats or violations")
+        else:
+            _require(bool(self.detail), f"status {self.status.value} needs a detail saying why")
+        if self.status is Status.CHEAT_DETECTED:
+            _require(bool(self.cheats), "status cheat_detected must name the cheats")
+        if self.timing is not None:
+            _require(self.status is Status.PASSED, f"only passed implementations are timed; got {self.status.value}")
+        for name, speedup in self.speedups.items():
+            _require(speedup > 0, f"speedup over {name!r} must be > 0; got {speedup}")
+        _check_finite_numbers(self.to_dict(), f"record {self.implementation}/{self.shape_label}")
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["status"] = self.status.value
+        return d
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One `harness run` of one task: what was asked, how long it took, what came out."""
+
+    run_id: str
+    task: str
+    device: str
+    settings: dict[str, Any]
+    candidates: dict[str, str]  # name -> content hash
+    statuses: dict[str, str]  # implementation -> worst status over shapes
+    wall_s: float
+    environment: dict[str, Any]
+    promoted: str | None = None  # content hash of the candidate promoted by this run
+    timing_skipped: str | None = None
+    created_utc: str = field(default_factory=now_utc)
+
+    def __post_init__(self) -> None:
+        _require(self.wall_s >= 0, f"wall_s must be >= 0; got {self.wall_s}")
+        _check_finite_numbers(self.to_dict(), f"run {self.run_id}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class PromotionRecord:
+    """The candidate the optimized model should use for a task, and the evidence for it.
+
+    action "promote" puts `content_hash` in force; "withdraw" retracts the promotion in force
+    (it failed parity in a later run). The last record of promotions.jsonl is in force.
+    """
+
+    task: str
+    action: str  # "promote" or "withdraw"
+    candidate: str
+    path: str
+    content_hash: str
+    run_id: str
+    evidence: list[str]  # record_ids of the EvaluationRecords that justify the decision
+    reason: str
+    speedups: dict[str, dict[str, float]]  # shape label -> baseline -> speedup (p50 ratio)
+    environment: dict[str, Any]
+    promotion_id: str = field(default_factory=new_id)
+    created_utc: str = field(default_factory=now_utc)
+
+    def __post_init__(self) -> None:
+        _require(self.action in ("promote", "withdraw"), f"action must be promote or withdraw; got {self.action!r}")
+        _require(len(self.content_hash) == 64, f"content_hash must be 64 hex chars; got {self.content_hash!r}")
+        _require(bool(self.evidence), "a promotion record must cite the records it rests on")
+        _check_finite_numbers(self.to_dict(), f"promotion {self.task}/{self.candidate}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+Record = EvaluationRecord | RunRecord | PromotionRecord
+R = TypeVar("R", EvaluationRecord, RunRecord, PromotionRecord)
+
+
+def task_results_dir(results_dir: Path, task: str) -> Path:
+    return Path(results_dir) / task
+
+
+def append(path: Path, record: Record) -> None:
+    """Append one record as one line: exclusive lock, one write, fsync."""
+    data = (json.dumps(record.to_dict(), sort_keys=True, allow_nan=False) + "\n").encode()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            data = b"\n" + data  # a torn line from an interrupted writer: start ours on a fresh line
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"short write to {path}: {written} of {len(data)} bytes")
+        os.fsync(fd)
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def append_all(path: Path, records: Iterable[Record]) -> None:
+    for r in records:
+        append(path, r)
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    rows: list[dict[str, Any]]
+    skipped: list[str]  # "line N: why", one per line that did not parse (torn or corrupt)
+
+
+def read_lines(path: Path) -> ReadResult:
+    """Every parseable line of a JSONL file; unparseable lines are skipped and reported."""
+    if not path.exists():
+        return ReadResult([], [])
+    with open(path, "rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH)  # never read a line while it is being written
+        raw = f.read()
+    rows, skipped = [], []
+    lines = raw.split(b"\n")
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            torn = i == len(lines)  # no newline after it: the writer was interrupted
+            kind = "torn last line" if torn else "corrupt line"
+            skipped.append(f"{path}:{i}: {kind} skipped ({e})")
+            continue
+        if not isinstance(obj, dict):
+            skipped.append(f"{path}:{i}: not a JSON object, skipped")
+            continue
+        rows.append(obj)
+    return ReadResult(rows, skipped)
+
+
+def read(path: Path, cls: type[R]) -> tuple[list[R], list[str]]:
+    """Typed records of one file (validated again on the way in), plus the skipped-line reports."""
+    result = read_lines(path)
+    names = {f.name for f in dataclasses.fields(cls)}
+    records, skipped = [], list(result.skipped)
+    for row in result.rows:
+        try:
+            records.append(cls(**{k: v for k, v in row.items() if k in names}))
+        except (TypeError, ValueError) as e:
+            skipped.append(f"{path}: record {row.get('record_id', row.get('run_id', '?'))} invalid, skipped: {e}")
+    return records, skipped
+
+
+def load_frame(results_dir: Path, task: str, file: str = RECORDS_FILE) -> tuple[pd.DataFrame, list[str]]:
+    """A task's records as a flat DataFrame (nested dicts become dotted columns: `timing.p50_us`,
+    `parity.x_TD.max_ulp`), plus the skipped-line reports."""
+    result = read_lines(task_results_dir(results_dir, task) / file)
+    if not result.rows:
+        return pd.DataFrame(), result.skipped
+    return pd.json_normalize(result.rows), result.skipped

@@ -1,0 +1,187 @@
+"""`harness run` and `harness results`: evaluate a task's candidates, and show what was recorded.
+
+    harness run task=fuse_norm                       every candidate of the task, every shape
+    harness run task=fuse_norm candidates=[row_per_program] "shapes=['T=1','T=8']" seeds=[1]
+    harness run -m task=fuse_norm,output_gate        one run per task
+    harness results task=fuse_norm last=5
+
+`run` prints a table per shape (status, error figures, times, speedups over each baseline,
+roofline fraction, verdict) and its wall time; the records land in results/<task>/. Exit status:
+0 when the run completed, whatever the candidates did; 1 for bad input (unknown task, shape or
+candidate, a candidate file that breaks the contract).
+
+Shape labels contain `=` (and some spaces), which Hydra's override grammar reads as syntax: quote
+them inside the list, and quote the whole override for the shell, as above.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import pandas as pd
+
+from harness import candidates as candidate_files
+from harness import promote, runner
+from harness.records import DEFAULT_RESULTS_DIR, RUNS_FILE, EvaluationRecord, RunRecord, Status, load_frame, read
+from harness.records import task_results_dir as results_dir_of
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings(runner.EvaluationSettings):
+    task: str = ""  # required: a name in tasks.TASKS
+    candidates: tuple[str, ...] = ()  # file stems in candidate_kernels/<task>/ or paths; empty: all
+
+
+@dataclass(frozen=True)
+class ResultsSettings:
+    task: str = ""  # required
+    last: int = 5  # how many runs to list
+    results_dir: str | None = None  # default: <repo>/results
+
+
+def _task_or_error(name: str):
+    from tasks import TASKS, get_task
+
+    if not name:
+        raise ValueError(f"task is required, e.g. `harness run task=fuse_norm`; known: {sorted(TASKS)}")
+    return get_task(name)  # ValueError naming the known tasks
+
+
+def _error(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 1
+
+
+def run(settings: RunSettings) -> int:
+    try:
+        task = _task_or_error(settings.task)
+        found = candidate_files.resolve(task.name, task.op_name, settings.candidates)
+        if not found and not settings.candidates:
+            print(f"{task.name}: no candidates in {candidate_files.task_dir(task.name)}; evaluating baselines only")
+        result = runner.evaluate(task, found, settings)
+    except ValueError as e:  # CandidateError, UsageError, unknown task: bad input
+        return _error(str(e))
+    print(format_run(result))
+    return 0
+
+
+# ---- the run table ---------------------------------------------------------------------------------
+def _ms_or_us(us: float) -> str:
+    return f"{us / 1e3:.2f} ms" if us >= 1e4 else f"{us:.2f} us"
+
+
+def _parity_cells(r: EvaluationRecord) -> tuple[str, str, str]:
+    if not r.parity:
+        return "-", "-", "-"
+    max_ulp = max((o.get("max_ulp") or 0) for o in r.parity.values())
+    mismatched = sum(o.get("n_mismatched", 0) for o in r.parity.values())
+    total = sum(o.get("n_elements", 0) for o in r.parity.values())
+    ratios = [o["fp64_ratio"] for o in r.parity.values() if o.get("fp64_ratio") is not None]
+    return str(max_ulp), f"{mismatched}/{total}", f"{max(ratios):.3f}" if ratios else "-"
+
+
+def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote.Assessment | None) -> str:
+    if r.status is not Status.PASSED:
+        return f"FAIL {r.status.value}: {r.detail}"[:160]
+    if r.kind != "candidate":
+        return "baseline"
+    if r.timing is None:
+        return f"parity ok; {r.timing_skipped}" if r.device == "cuda" else "parity ok (timing skipped: no GPU)"
+    if r.suspicious:
+        return "SUSPICIOUS: faster than the roofline floor"
+    slower = [b for b, t in r.baselines_us.items() if not r.timing.p80_us < t["p20_us"]]
+    if slower:
+        return f"not faster beyond noise than {', '.join(slower)}"
+    if promoted_hash == r.candidate_hash:
+        return "PROMOTED"
+    return "beats every baseline" + ("" if assessment is None or assessment.eligible else " here")
+
+
+def format_run(result: runner.RunResult) -> str:
+    records = result.records
+    baselines = sorted({b for r in records for b in r.baselines_us} | {r.implementation for r in records
+                                                                        if r.kind != "candidate"})  # fmt: skip
+    promoted_hash = result.run.promoted
+    assessments = {a.content_hash: a for a in result.assessments}
+    lines = []
+    for label in dict.fromkeys(r.shape_label for r in records):
+        rows = []
+        for r in (r for r in records if r.shape_label == label):
+            max_ulp, mismatched, ratio = _parity_cells(r)
+            row = {
+                "implementation": r.implementation, "status": r.status.value, "max ulp": max_ulp,
+                "ulp>0": mismatched, "fp64 ratio": ratio,
+                "p50 (p20-p80)": (f"{_ms_or_us(r.timing.p50_us)} ({r.timing.p20_us:.2f}-{r.timing.p80_us:.2f})"
+                                  if r.timing else "-"),
+            }  # fmt: skip
+            for b in baselines:
+                row[f"vs {b}"] = f"{r.speedups[b]:.2f}x" if b in r.speedups else "-"
+            row["floor"] = f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else "-"
+            row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash))
+            rows.append(row)
+        r0 = next(r for r in records if r.shape_label == label)
+        lines.append(f"\n== {r0.task} | {label} | {r0.device}, {r0.policy} policy, seeds {r0.seeds} ==")
+        lines.append(pd.DataFrame(rows).to_string(index=False))
+    run = result.run
+    if run.timing_skipped:
+        lines.append(f"\nTimings: {run.timing_skipped}.")
+    lines.append(f"Promotion: {result.promotion_reason}")
+    if result.promotion is not None:
+        p = result.promotion
+        lines.append(f"  -> {p.action} {p.candidate} ({p.content_hash[:12]}, {p.path})")
+    isolation = next((r.isolation for r in records if r.kind == "candidate" and r.isolation), None)
+    if isolation:
+        lines.append("Sandbox: " + ", ".join(f"{k} {v}" for k, v in isolation.items()))
+    where = results_dir_of(run.settings.get("results_dir") or DEFAULT_RESULTS_DIR, run.task)
+    lines.append(f"Run {run.run_id}: {run.wall_s:.1f} s wall; records in {where}/")
+    return "\n".join(lines)
+
+
+# ---- results -----------------------------------------------------------------------------------------
+def results(settings: ResultsSettings) -> int:
+    try:
+        task = _task_or_error(settings.task)
+    except ValueError as e:
+        return _error(str(e))
+    if settings.last < 1:
+        return _error(f"last must be >= 1; got {settings.last}")
+    root = DEFAULT_RESULTS_DIR if settings.results_dir is None else settings.results_dir
+    print(format_results(task.name, root, settings.last))
+    return 0
+
+
+def format_results(task: str, results_dir, last: int) -> str:
+    from pathlib import Path
+
+    root = Path(results_dir)
+    runs, skipped_runs = read(results_dir_of(root, task) / RUNS_FILE, RunRecord)
+    frame, skipped = load_frame(root, task)
+    lines = [f"== {task}: results in {results_dir_of(root, task)} =="]
+    current = promote.promoted(task, root)
+    lines.append(
+        f"Promoted: {current.candidate} ({current.content_hash[:12]}, {current.path}) since run {current.run_id}: "
+        f"{current.reason}"
+        if current
+        else "Promoted: none"
+    )
+    if not runs and frame.empty:
+        lines.append("No runs recorded yet: `harness run task=" + task + "`.")
+    if runs:
+        table = pd.DataFrame(
+            [{"run": r.run_id, "when (UTC)": r.created_utc, "device": r.device, "wall s": f"{r.wall_s:.1f}",
+              "candidates": len(r.candidates), "statuses": ", ".join(f"{k}={v}" for k, v in r.statuses.items()),
+              "promoted": (r.promoted or "")[:12]} for r in runs[-last:]]
+        )  # fmt: skip
+        lines += [f"\nLast {min(last, len(runs))} of {len(runs)} runs:", table.to_string(index=False)]
+    if not frame.empty:
+        latest = frame.sort_values("created_utc").groupby(["implementation", "shape_label", "device"]).tail(1)
+        cols = {"implementation": "implementation", "shape_label": "shape", "device": "device", "status": "status",
+                "timing.p50_us": "p50 us", "speedups.reference": "vs reference",
+                "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor", "run_id": "run"}  # fmt: skip
+        present = {k: v for k, v in cols.items() if k in latest.columns}
+        view = latest[list(present)].rename(columns=present).sort_values(["shape", "implementation"])
+        lines += ["\nLatest record per implementation and shape:", view.to_string(index=False, na_rep="-")]
+    for problem in skipped_runs + skipped:
+        lines.append(f"warning: {problem}")
+    return "\n".join(lines)

@@ -1,0 +1,571 @@
+"""Evaluates candidates for one task: parity children, verdicts, benchmark children, records, promotion.
+
+    result = runner.evaluate(task, candidates, EvaluationSettings(...))   # -> RunResult
+
+1. Parity: each candidate runs in its own sandboxed child (harness/child.py), in parallel, on
+   every shape and seed; the child saves outputs and reports what its checks saw.
+2. Baselines (GPU): one trusted child (no candidate code) runs torch.compile of the reference and
+   the task's library kernels on the same seeds, then times reference, torch.compile and
+   libraries interleaved: the history of the baselines, and their own parity.
+3. Verdicts, in this process, shape by shape: regenerate each seed's inputs, run the reference
+   (and on the interpreter its truncating variants) and the FP64 evaluation once, judge every
+   implementation's saved outputs (harness/parity.py), look for the poison pattern and for
+   results repeated across seeds.
+4. Benchmark (GPU): each candidate that passed somewhere is timed in its own sandboxed child
+   against the baselines, interleaved, on the shapes it passed (harness/bench.py).
+5. Records appended to results/<task>/records.jsonl, the promotion decision (harness/promote.py)
+   to promotions.jsonl, and a RunRecord with the wall time to runs.jsonl.
+
+This module is where the failures of candidates become data: a child's exit, report and saved
+outputs become a Status with its detail. A failure of the harness itself (a trusted child that
+dies, a child that fails before its sandbox is up) raises HarnessError.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import math
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from harness import bench, child, environment, parity, promote, sandbox
+from harness.candidates import Candidate
+from harness.records import (
+    DEFAULT_RESULTS_DIR,
+    PROMOTIONS_FILE,
+    RECORDS_FILE,
+    RUNS_FILE,
+    EvaluationRecord,
+    PromotionRecord,
+    RunRecord,
+    Status,
+    Timing,
+    append,
+    task_results_dir,
+)
+from tasks.task import Shape, Task
+
+DEFAULT_CACHE_DIR = Path.home() / ".cache" / "beam-harness"
+BENCH_SEED = 1000  # input sets of the benchmark: seeds 1000, 1001, ...
+# The worst status first: a shape gets the first that applies.
+SEVERITY = (Status.SANDBOX_VIOLATION, Status.IMPORT_ERROR, Status.COMPILE_ERROR, Status.CUDA_FAULT, Status.CRASH,
+            Status.TIMEOUT, Status.RUNTIME_ERROR, Status.CHEAT_DETECTED, Status.MISMATCH, Status.NOT_RUN,
+            Status.BASELINE_UNAVAILABLE, Status.PASSED)  # fmt: skip
+
+
+class HarnessError(RuntimeError):
+    """The harness itself failed (not a candidate): a bug or a broken machine, never data."""
+
+
+class UsageError(ValueError):
+    """Bad input to an evaluation (unknown shape, no GPU for device=cuda): the CLI exits 1."""
+
+
+@dataclass(frozen=True)
+class EvaluationSettings:
+    device: str = "auto"  # "auto" (cuda when available), "cuda" or "cpu"
+    shapes: tuple[str, ...] = ()  # shape labels; empty: every shape of the device
+    seeds: tuple[int, ...] = (1, 2, 3)  # fresh inputs per seed; parity is checked on every call
+    jobs: int = 0  # parity children in parallel; 0: one per CPU core (CPU), up to 4 (GPU)
+    parity_timeout_s: float = 600.0  # per parity child (all its shapes and seeds)
+    bench_timeout_s: float = 600.0  # per benchmark child
+    benchmark: bool = True  # time on the GPU (never on CPU)
+    baselines: bool = True  # evaluate torch.compile and library baselines beside the candidates (GPU)
+    promote: bool = True  # write the promotion decision
+    settle_s: float = 0.05  # wait after each call before re-reading outputs (async work check)
+    results_dir: str | None = None  # default: <repo>/results
+    cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, flashinfer)
+    keep_scratch: bool = False  # keep the children's job directories (their logs) after the run
+    progress: bool = True
+    bench: bench.BenchSettings = field(default_factory=bench.BenchSettings)
+
+    def __post_init__(self) -> None:
+        problems = []
+        if self.device not in ("auto", "cuda", "cpu"):
+            problems.append(f"device must be auto, cuda or cpu; got {self.device!r}")
+        if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):
+            problems.append(f"seeds must be non-negative ints, at least one; got {list(self.seeds)}")
+        elif len(set(self.seeds)) != len(self.seeds):
+            problems.append(f"seeds must be distinct; got {list(self.seeds)}")
+        if self.jobs < 0:
+            problems.append(f"jobs must be >= 0 (0: automatic); got {self.jobs}")
+        if self.parity_timeout_s <= 0 or self.bench_timeout_s <= 0 or self.settle_s < 0:
+            problems.append(f"timeouts must be > 0 and settle_s >= 0; got parity_timeout_s={self.parity_timeout_s}, "
+                            f"bench_timeout_s={self.bench_timeout_s}, settle_s={self.settle_s}")  # fmt: skip
+        if problems:
+            raise UsageError("invalid evaluation settings: " + "; ".join(problems))
+
+    @property
+    def results_path(self) -> Path:
+        return Path(self.results_dir) if self.results_dir else DEFAULT_RESULTS_DIR
+
+
+@dataclass(frozen=True)
+class RunResult:
+    run: RunRecord
+    records: tuple[EvaluationRecord, ...]
+    promotion: PromotionRecord | None  # appended by this run (a promotion or a withdrawal), if any
+    promotion_reason: str
+    assessments: tuple[promote.Assessment, ...]
+
+    def for_implementation(self, name: str) -> list[EvaluationRecord]:
+        return [r for r in self.records if r.implementation == name]
+
+    def statuses(self, name: str) -> dict[str, Status]:
+        return {r.shape_label: r.status for r in self.for_implementation(name)}
+
+
+def resolve_device(requested: str) -> str:
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise UsageError("device=cuda requested but torch.cuda.is_available() is False on this machine")
+    return requested
+
+
+def select_shapes(task: Task, device: str, labels: Sequence[str]) -> list[Shape]:
+    available = task.shapes_for(device)
+    if not labels:
+        return list(available)
+    known = [s.label for s in available]
+    unknown = [label for label in labels if label not in known]
+    if unknown:
+        raise UsageError(f"task {task.name!r} has no shapes {unknown} on {device}; known: {known}")
+    return [s for s in available if s.label in labels]
+
+
+# ---- one implementation in one child ----------------------------------------------------------------
+@dataclass
+class _Unit:
+    """An implementation as evaluated: where it ran, what it reported, per-shape verdict material."""
+
+    name: str
+    kind: str  # candidate, reference, torch_compile, library
+    candidate: Candidate | None
+    run: sandbox.ChildRun | None = None
+    job: sandbox.Job | None = None
+    child_impl: str = "candidate"  # its name inside the child's report
+    calls: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)  # (shape, seed) -> call event
+    errors: dict[str, dict[str, Any]] = field(default_factory=dict)  # shape -> call_error event
+    status: dict[str, tuple[Status, str]] = field(default_factory=dict)  # shape -> decided (status, detail)
+    cheats: dict[str, list[str]] = field(default_factory=dict)  # shape -> cheats
+    verdicts: dict[str, list[parity.CallParity]] = field(default_factory=dict)  # shape -> per seed
+    violations: list[str] = field(default_factory=list)
+    isolation: dict[str, str] = field(default_factory=dict)
+    global_status: tuple[Status, str] | None = None  # applies to every shape (import error, violation)
+    global_cheats: list[str] = field(default_factory=list)
+    wall_s: float = 0.0
+    timing: dict[str, dict[str, Any]] = field(default_factory=dict)  # shape -> results of its bench child
+    roofline: dict[str, float | None] = field(default_factory=dict)
+    baseline_notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it has no timing
+
+
+class _Evaluation:
+    """The state of one run: settings, directories, units, and the steps that fill them."""
+
+    def __init__(self, task: Task, candidates: Sequence[Candidate], settings: EvaluationSettings):
+        self.task, self.settings = task, settings
+        self.device = resolve_device(settings.device)
+        self.shapes = select_shapes(task, self.device, settings.shapes)
+        self.on_gpu = self.device == "cuda"
+        # The child rounds the interpreter's casts to nearest when harness/interpreter_patches exists.
+        self.emulate_truncation = not self.on_gpu and importlib.util.find_spec("harness.interpreter_patches") is None
+        self.run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        self.cache_dir = Path(settings.cache_dir) if settings.cache_dir else DEFAULT_CACHE_DIR
+        drop = sandbox.drop_target()
+        self.drop, self.drop_reason = (list(drop), None) if isinstance(drop, tuple) else (None, drop)
+        self.units = [_Unit(c.name, "candidate", c) for c in candidates]
+        names = [u.name for u in self.units]
+        if len(set(names)) != len(names):
+            raise UsageError(f"candidate names must be distinct within a run; got {names}")
+        jobs = settings.jobs or (min(4, os.cpu_count() or 1) if self.on_gpu else (os.cpu_count() or 1))
+        self.jobs = max(1, min(jobs, len(self.units) or 1))
+        self.threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        self.root = Path(tempfile.mkdtemp(prefix=f"beam-harness-{task.name}-"))
+        os.chmod(self.root, 0o711)
+
+    # -- children --
+    def _request(self, job: sandbox.Job, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str],
+                 isolate: bool) -> dict[str, Any]:  # fmt: skip
+        return {
+            "mode": mode, "task": self.task.name, "device": self.device, "shapes": shapes,
+            "seeds": list(self.settings.seeds), "scratch": str(job.scratch), "report_path": str(job.report_path),
+            "drop": self.drop if isolate else None,
+            "drop_reason": self.drop_reason if isolate else "trusted child: no candidate code",
+            "candidate": None if unit is None else {"copy": str(job.candidate_copy),
+                                                    "hash": unit.candidate.content_hash},
+            "baselines": baselines, "settle_s": self.settings.settle_s, "bench": self.settings.bench.__dict__,
+            "bench_seed": BENCH_SEED, "timing": self.settings.benchmark,
+            "needs_gemm_rate": any(self.task.cost(s).flops and self._compute_bound(s) for s in self.shapes),
+        }  # fmt: skip
+
+    def _compute_bound(self, shape: Shape) -> bool:
+        cost = self.task.cost(shape)
+        return cost.flops / max(cost.bytes, 1) > 50  # arithmetic intensity where a GEMM rate could bind
+
+    def _shared_caches(self) -> dict[str, Path]:
+        return {"TORCHINDUCTOR_CACHE_DIR": self.cache_dir / "inductor",
+                "FLASHINFER_WORKSPACE_BASE": self.cache_dir / "flashinfer"}  # fmt: skip
+
+    def _spawn(self, name: str, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str],
+               timeout_s: float) -> tuple[sandbox.ChildRun, sandbox.Job]:  # fmt: skip
+        isolate = unit is not None
+        triton_key = unit.candidate.content_hash if unit is not None else "baselines"
+        job = sandbox.prepare_job(
+            self.root, name, isolate, unit.candidate.path if unit else None, self.cache_dir / "triton" / triton_key,
+            self._shared_caches() if mode != "parity" else {},
+        )  # fmt: skip
+        request = self._request(job, mode, unit, baselines, shapes, isolate)
+        run = sandbox.run_child(job, request, timeout_s, self.device, self.threads)
+        sandbox.persist_triton_cache(job, self.cache_dir / "triton" / triton_key)
+        return run, job
+
+    def run_parity_children(self, bar: tqdm) -> None:
+        labels = [s.label for s in self.shapes]
+
+        def one(unit: _Unit) -> None:
+            unit.run, unit.job = self._spawn(f"parity-{unit.candidate.short_hash}", "parity", unit, [],
+                                             labels, self.settings.parity_timeout_s)  # fmt: skip
+            bar.update(1)
+
+        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
+            list(pool.map(one, self.units))
+        for unit in self.units:
+            self._read_events(unit)
+
+    def run_baselines_child(self, bar: tqdm) -> None:
+        names = ["reference", "torch_compile", *self.task.baselines]
+        run, job = self._spawn("baselines", "baselines", None, names, [s.label for s in self.shapes],
+                               self.settings.bench_timeout_s)  # fmt: skip
+        bar.update(1)
+        if any(e["event"] == "child_error" for e in run.events) or run.timed_out or run.returncode != 0:
+            raise HarnessError(f"the trusted baselines child failed (exit {run.returncode}, timed out: "
+                               f"{run.timed_out}); its log ends:\n{run.log_tail}")  # fmt: skip
+        unavailable = {e["impl"]: e["message"] for e in run.events if e["event"] == "baseline_unavailable"}
+        for name in names:
+            kind = name if name in ("reference", "torch_compile") else "library"
+            unit = _Unit(name, kind, None, run, job, child_impl=name)
+            if name in unavailable:
+                unit.global_status = (Status.BASELINE_UNAVAILABLE, unavailable[name])
+            self._read_events(unit)
+            self._read_timing(unit, run, name)
+            self.units.append(unit)
+
+    def run_bench_children(self, bar: tqdm) -> None:
+        names = ["reference", "torch_compile", *self.task.baselines] if self.settings.baselines else ["reference"]
+        for unit in [u for u in self.units if u.kind == "candidate"]:
+            shapes = [s.label for s in self.shapes if unit.status.get(s.label, (None,))[0] is Status.PASSED]
+            if not shapes:
+                bar.update(1)
+                continue
+            run, unit.job = self._spawn(f"bench-{unit.candidate.short_hash}", "bench", unit, names,
+                                        shapes, self.settings.bench_timeout_s)  # fmt: skip
+            bar.update(1)
+            self._read_bench(unit, run, shapes)
+
+    # -- reading what children reported --
+    def _read_events(self, unit: _Unit) -> None:
+        run = unit.run
+        unit.wall_s = run.wall_s
+        started: list[str] = []
+        isolated = False
+        for e in run.events:
+            kind = e["event"]
+            unit.violations = sorted(set(unit.violations) | set(e.get("violations") or []))
+            if kind == "isolation":
+                unit.isolation, isolated = e["layers"], True
+            elif kind == "import_error":
+                unit.global_status = (Status(e["status"]), e["message"])
+            elif kind == "imported":
+                unit.global_cheats += e.get("cheats", [])
+            elif kind == "child_error":
+                if not isolated or unit.kind != "candidate":
+                    raise HarnessError(f"child {unit.job.name} failed before the candidate ran:\n{e['traceback']}")
+                unit.global_status = (Status.CRASH, f"the child failed outside a call: {e['message']}")
+            elif e.get("impl") != unit.child_impl:
+                continue
+            elif kind == "call_start":
+                started.append(e["shape"])
+            elif kind == "call":
+                unit.calls[(e["shape"], e["seed"])] = e
+            elif kind == "call_error":
+                unit.errors.setdefault(e["shape"], e)
+        done = any(e["event"] == "done" for e in run.events)
+        if not isolated and unit.kind == "candidate" and not run.timed_out:
+            raise HarnessError(f"child {unit.job.name} exited {run.returncode} before its sandbox was up; "
+                               f"its log ends:\n{run.log_tail}")  # fmt: skip
+        if not done and unit.global_status is None:
+            cut = started[-1] if started else None
+            if run.timed_out:
+                why = (Status.TIMEOUT, f"killed after {self.settings.parity_timeout_s:g} s (the limit)")
+            else:
+                sig = run.signal_name
+                why = (Status.CRASH, f"the child died ({sig or f'exit {run.returncode}'}) without reporting")
+            labels = [s.label for s in self.shapes]
+            for label in labels[labels.index(cut) :] if cut in labels else labels:
+                if label == cut and label not in unit.errors:
+                    unit.status[label] = why
+                elif label not in unit.errors and label not in unit.status:
+                    unit.status[label] = (Status.NOT_RUN, f"not run: the child stopped earlier ({why[0].value})")
+        if unit.violations and unit.kind == "candidate":
+            unit.global_status = (Status.SANDBOX_VIOLATION, "; ".join(unit.violations[:5]))
+
+    def _read_timing(self, unit: _Unit, run: sandbox.ChildRun, impl: str) -> None:
+        roofline = next((e for e in run.events if e["event"] == "roofline"), None)
+        if roofline is not None:
+            unit.roofline = {"copy_gbps": roofline["copy_gbps"], "gemm_tflops": roofline["gemm_tflops"]}
+        for e in run.events:
+            if e["event"] == "timing":
+                unit.timing[e["shape"]] = {"self": e["results"].get(impl), "all": e["results"]}
+
+    def _read_bench(self, unit: _Unit, run: sandbox.ChildRun, shapes: list[str]) -> None:
+        for e in run.events:
+            kind = e["event"]
+            unit.violations = sorted(set(unit.violations) | set(e.get("violations") or []))
+            if kind in ("baseline_unavailable", "baseline_error"):
+                unit.baseline_notes[e["impl"]] = e["message"]
+            elif kind == "bench_checks" and e["cheats"]:
+                unit.global_cheats += e["cheats"]
+            elif kind == "import_error":
+                unit.global_status = (Status(e["status"]), f"in the benchmark child: {e['message']}")
+        self._read_timing(unit, run, "candidate")
+        if unit.violations:
+            unit.global_status = (Status.SANDBOX_VIOLATION, "; ".join(unit.violations[:5]))
+        if unit.global_cheats:
+            for label in shapes:
+                unit.status[label] = (Status.CHEAT_DETECTED, "in the benchmark child")
+                unit.cheats.setdefault(label, []).extend(c for c in unit.global_cheats if c not in unit.cheats[label])
+        if not any(e["event"] == "done" for e in run.events):
+            why = "timed out" if run.timed_out else f"died ({run.signal_name or f'exit {run.returncode}'})"
+            for label in shapes:
+                unit.timing.setdefault(label, {"self": f"the benchmark child {why}; log: {run.log_tail[-300:]}"})
+
+    # -- verdicts --
+    def judge(self) -> None:
+        """Shape by shape, seed by seed: references once, every implementation's outputs judged."""
+        device = torch.device(self.device)
+        judged = [u for u in self.units if u.kind != "reference" and u.global_status is None]
+        for shape in self.shapes:
+            previous: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
+            for seed in self.settings.seeds:
+                pending = [u for u in judged if (shape.label, seed) in u.calls and shape.label not in u.errors]
+                if not pending:
+                    continue
+                inputs = self.task.make_inputs(shape, seed, device)
+                refs = parity.admissible_references(self.task, inputs, emulate_truncation=self.emulate_truncation)
+                exact = parity.fp64_evaluation(self.task, inputs)
+                for unit in pending:
+                    self._judge_call(unit, shape.label, seed, refs, exact, previous, device)
+                del inputs, refs, exact
+        for unit in self.units:
+            for shape in self.shapes:
+                self._decide(unit, shape.label)
+
+    def _judge_call(self, unit, label, seed, refs, exact, previous, device) -> None:
+        event = unit.calls[(label, seed)]
+        cheats = unit.cheats.setdefault(label, [])
+        cheats += [c for c in event.get("cheats", []) if c not in cheats]
+        if event.get("file") is None:
+            return  # non-tensor outputs: nothing to compare; the cheat says why
+        path = unit.job.scratch / "outputs" / event["file"]
+        data = path.read_bytes()
+        if hashlib.sha256(data).hexdigest() != event["sha256"]:
+            cheats.append(f"outputs_tampered: {event['file']} changed after the child saved it")
+            return
+        saved = torch.load(path, map_location=device, weights_only=True)
+        got = [saved[str(i)] for i in range(len(saved))]
+        for i, t in enumerate(got[: len(got) - len(self.task.mutated)]):
+            if _has_poison(t):
+                cheats.append(f"stale_memory: output {i} holds allocator poison (seed {seed}): never written")
+        verdict = parity.judge(self.task, got, refs, exact)
+        unit.verdicts.setdefault(label, []).append(verdict)
+        before = previous.get(unit.name)
+        if before is not None and _same_outputs(got, before[0]) and not _same_outputs(refs[0].outputs, before[1]):
+            cheats.append(f"cached_result: seed {seed} returned the previous seed's outputs for different inputs")
+        previous[unit.name] = (got, refs[0].outputs)
+
+    def _decide(self, unit: _Unit, label: str) -> None:
+        if unit.global_status is not None:
+            unit.status[label] = unit.global_status
+            return
+        if label in unit.errors:
+            e = unit.errors[label]
+            unit.status[label] = (Status(e["status"]), f"seed {e['seed']}: {e['message']}")
+            return
+        cheats = unit.global_cheats + unit.cheats.get(label, [])
+        if cheats:
+            unit.status[label] = (Status.CHEAT_DETECTED, cheats[0])
+            unit.cheats[label] = list(dict.fromkeys(cheats))
+            return
+        if label in unit.status:
+            return  # timeout, crash or not run, decided from the child's exit
+        if unit.kind == "reference":
+            unit.status[label] = (Status.PASSED, "")
+            return
+        verdicts = unit.verdicts.get(label, [])
+        missing = [s for s in self.settings.seeds if (label, s) not in unit.calls]
+        failed = [v for v in verdicts if not v.passed]
+        if failed:
+            unit.status[label] = (Status.MISMATCH, failed[0].reason)
+        elif missing or len(verdicts) != len(self.settings.seeds):
+            unit.status[label] = (Status.NOT_RUN, f"no outputs for seeds {missing}")
+        else:
+            unit.status[label] = (Status.PASSED, "")
+
+    # -- records --
+    def records(self, env: dict[str, Any], timing_skipped: str | None) -> list[EvaluationRecord]:
+        out = []
+        for unit in self.units:
+            for shape in self.shapes:
+                out.append(self._record(unit, shape, env, timing_skipped))
+        return out
+
+    def _record(self, unit: _Unit, shape: Shape, env: dict[str, Any], timing_skipped: str | None) -> EvaluationRecord:
+        status, detail = unit.status.get(shape.label, (Status.NOT_RUN, "not evaluated"))
+        timing, baselines_us, speedups, notes = None, {}, {}, dict(unit.baseline_notes)
+        floor = fraction = None
+        suspicious = False
+        result = unit.timing.get(shape.label)
+        if status is not Status.PASSED:
+            skipped = f"not timed: {status.value}"
+        elif timing_skipped is not None:
+            skipped = timing_skipped
+        elif result is None or not isinstance(result.get("self"), dict):
+            skipped = f"timing failed: {result.get('self') if result else 'no timing reported'}"
+        else:
+            skipped = None
+            timing = Timing(**result["self"])
+            for name, r in result["all"].items():
+                if name == unit.child_impl:
+                    continue
+                if isinstance(r, dict):
+                    baselines_us[name] = {k: r[k] for k in ("p20_us", "p50_us", "p80_us")}
+                    speedups[name] = r["p50_us"] / timing.p50_us
+                else:
+                    notes[name] = r
+            if unit.roofline.get("copy_gbps"):
+                cost = self.task.cost(shape)
+                floor = bench.floor_us(cost.bytes, cost.flops, unit.roofline["copy_gbps"], unit.roofline["gemm_tflops"])
+                fraction, suspicious = floor / timing.p50_us, timing.p50_us < floor
+        if unit.kind != "candidate":
+            baselines_us, speedups = {}, {}  # a baseline's record carries its own timing only
+        c = unit.candidate
+        return EvaluationRecord(
+            run_id=self.run_id, task=self.task.name, implementation=unit.name, kind=unit.kind,
+            shape_label=shape.label, shape=dict(shape.params), device=self.device,
+            policy="gpu" if self.on_gpu else "interpreter", seeds=list(self.settings.seeds), status=status,
+            detail=detail, environment=env, candidate_hash=c.content_hash if c else None,
+            candidate_path=c.display_path if c else None, candidate_meta=c.meta.to_dict() if c else None,
+            cheats=unit.cheats.get(shape.label, []) if status is Status.CHEAT_DETECTED else [],
+            sandbox_events=unit.violations if status is Status.SANDBOX_VIOLATION else [],
+            isolation=unit.isolation, parity=parity.summarize(unit.verdicts.get(shape.label, [])),
+            timing=timing, timing_skipped=skipped, baselines_us=baselines_us, speedups=speedups,
+            floor_us=floor, floor_fraction=fraction, suspicious=suspicious,
+            copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
+            child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
+        )  # fmt: skip
+
+
+def _log_tail(unit: _Unit, status: Status) -> str:
+    if unit.run is None or status in (Status.PASSED, Status.BASELINE_UNAVAILABLE):
+        return ""
+    tb = next((e.get("traceback", "") for e in unit.run.events if e.get("traceback")), "")
+    return (tb + "\n" + unit.run.log_tail)[-sandbox.LOG_TAIL_CHARS :]
+
+
+def _has_poison(t: torch.Tensor) -> bool:
+    patterns = {2: (torch.int16, child.POISON_WORD), 4: (torch.int32, (child.POISON_WORD << 16) | child.POISON_WORD)}
+    if t.element_size() not in patterns or not t.numel():
+        return False
+    dtype, word = patterns[t.element_size()]
+    return bool((t.contiguous().view(dtype) == word).any())
+
+
+def _same_outputs(a: Sequence[Any], b: Sequence[Any]) -> bool:
+    return len(a) == len(b) and all(
+        type(x) is torch.Tensor and type(y) is torch.Tensor and x.shape == y.shape and x.dtype == y.dtype
+        and torch.equal(x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+        for x, y in zip(a, b, strict=True)
+    )  # fmt: skip
+
+
+def _worst(statuses: Sequence[Status]) -> Status:
+    return min(statuses, key=SEVERITY.index) if statuses else Status.NOT_RUN
+
+
+def evaluate(
+    task: Task,
+    candidates: Sequence[Candidate],
+    settings: EvaluationSettings,
+    echo: Callable[[str], None] = print,
+) -> RunResult:
+    """Evaluate `candidates` (validated, harness/candidates.py) for `task`; append the records."""
+    started = time.monotonic()
+    ev = _Evaluation(task, candidates, settings)
+    env = environment.capture().to_dict()
+    timing_skipped = None
+    if not ev.on_gpu:
+        timing_skipped = ("no CUDA GPU: parity ran through the Triton interpreter on CPU shapes; "
+                          "timings there are not meaningful and were skipped")  # fmt: skip
+    elif not settings.benchmark:
+        timing_skipped = "benchmark=false"
+    with_baselines = ev.on_gpu and settings.baselines
+    n_children = len(ev.units) * (2 if ev.on_gpu and settings.benchmark else 1) + int(with_baselines)
+    echo(f"{task.name}: {len(ev.units)} candidate(s) x {len(ev.shapes)} shape(s) x {len(settings.seeds)} seed(s) "
+         f"on {ev.device}; run {ev.run_id}")  # fmt: skip
+    try:
+        with tqdm(total=n_children, desc=f"{task.name} children", unit="child", disable=not settings.progress) as bar:
+            ev.run_parity_children(bar)
+            if with_baselines:
+                ev.run_baselines_child(bar)
+            ev.judge()
+            if ev.on_gpu and settings.benchmark:
+                ev.run_bench_children(bar)
+        records = ev.records(env, timing_skipped)
+    finally:
+        if not settings.keep_scratch:
+            shutil.rmtree(ev.root, ignore_errors=True)
+    results = task_results_dir(settings.results_path, task.name)
+    for r in records:
+        append(results / RECORDS_FILE, r)
+    promotion, assessments, reason = None, [], "promotion disabled (promote=false)"
+    if settings.promote:
+        current = promote.promoted(task.name, settings.results_path)
+        all_shapes = [s.label for s in task.shapes]
+        promotion, assessments, reason = promote.decide(records, all_shapes, current, env)
+        if promotion is not None:
+            append(results / PROMOTIONS_FILE, promotion)
+    statuses = {}
+    for unit in ev.units:
+        statuses[unit.name] = _worst([r.status for r in records if r.implementation == unit.name]).value
+    run = RunRecord(
+        run_id=ev.run_id, task=task.name, device=ev.device, settings=_jsonable(settings),
+        candidates={c.name: c.content_hash for c in candidates}, statuses=statuses,
+        wall_s=time.monotonic() - started, environment=env,
+        promoted=promotion.content_hash if promotion is not None and promotion.action == "promote" else None,
+        timing_skipped=timing_skipped,
+    )  # fmt: skip
+    append(results / RUNS_FILE, run)
+    return RunResult(run, tuple(records), promotion, reason, tuple(assessments))
+
+
+def _jsonable(obj: Any) -> Any:
+    if hasattr(obj, "__dataclass_fields__"):
+        return {k: _jsonable(getattr(obj, k)) for k in obj.__dataclass_fields__}
+    if isinstance(obj, tuple | list):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

@@ -1,0 +1,419 @@
+"""Isolation of untrusted candidate code: both sides of the child process boundary.
+
+Parent side (`prepare_job`, `run_child`): a job directory per child, owned by the parent, holding
+the request, the child's report and log, and a copy of the candidate file (the child imports
+exactly the bytes that were hashed); inside it a scratch directory, the only place the child may
+write. The child gets a minimal environment (no API keys or tokens of the parent: an allowlist,
+never a blocklist), runs in its own session, and is killed with its process group at the deadline.
+
+Child side (`enter`, `Monitor`), before the candidate is imported:
+  network_namespace  unshare(CLONE_NEWNET): no interface but a downed loopback (root only)
+  uid_drop           setuid/setgid to `nobody`: the repository and results are not writable
+                     (root only, and only when `nobody` can read the Python installation)
+  no_new_privs       prctl(PR_SET_NO_NEW_PRIVS): setuid binaries cannot regain privileges
+  audit_hook         sys.addaudithook (cannot be removed): records and BLOCKS writes outside the
+                     scratch directory, reads of secret-looking paths, sockets, processes other than
+                     the compilers Triton runs, signals to other processes
+  secret_env         os.environ records reads of secret-looking variable names (none are present)
+  minimal_env, scratch_cwd   always active
+Which layers were active is recorded with every result; detection works without the OS layers.
+A determined attacker with ctypes can step around an audit hook: the OS layers are the boundary,
+the hook is the witness (and the barrier where the OS layers are unavailable).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import pwd
+import re
+import resource
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import sysconfig
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.environment import REPO_ROOT
+
+CLONE_NEWNET = 0x40000000
+PR_SET_NO_NEW_PRIVS = 38
+SANDBOX_USER = "nobody"
+
+# Variables the child inherits when the parent has them: toolchain locations, never credentials.
+PASSTHROUGH_ENV = (
+    "PATH", "LD_LIBRARY_PATH", "CUDA_HOME", "CUDA_PATH", "CUDA_VISIBLE_DEVICES", "TRITON_PTXAS_PATH",
+    "TRITON_LIBCUDA_PATH", "CC", "LANG", "LC_ALL", "TZ",
+)  # fmt: skip
+# Executables the child may start: what Triton and Inductor run to compile kernels.
+ALLOWED_EXECUTABLES = frozenset(
+    {"ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm", "nvlink", "fatbinary", "nvcc", "ldconfig",
+     "ldconfig.real", "gcc", "cc", "clang", "g++", "c++", "x86_64-linux-gnu-gcc", "aarch64-linux-gnu-gcc", "ninja"}
+)  # fmt: skip
+SECRET_ENV_WORDS = frozenset(
+    {"KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL",
+     "CREDENTIALS", "AUTH", "COOKIE", "PRIVATE"}
+)  # fmt: skip
+SECRET_ENV_PREFIXES = ("ANTHROPIC", "OPENAI", "AWS", "GITHUB", "GH", "HF", "HUGGING", "AZURE", "GOOGLE", "GCP", "SSH")
+SECRET_PATH = re.compile(
+    r"(/\.ssh(/|$)|/\.netrc$|/\.aws/|/\.config/(gcloud|gh)/|/\.docker/config\.json$|/\.git-credentials$"
+    r"|/\.pypirc$|/\.anthropic|/etc/shadow$|/etc/gshadow$|/proc/[^/]+/environ$|/\.env$|\.pem$|\.key$"
+    r"|/id_(rsa|ecdsa|ed25519)|(^|[/._-])(secrets?|tokens?|credentials?|api[_-]?keys?)([/._-]|$))",
+    re.IGNORECASE,
+)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_PATH_WRITE_EVENTS = {  # event -> indices of the path arguments it writes
+    "os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.link": (1,),
+    "os.symlink": (1,), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,), "os.utime": (0,),
+    "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.copytree": (1,), "shutil.move": (1,),
+    "os.chflags": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
+}  # fmt: skip
+_NETWORK_EVENTS = frozenset(
+    {"socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+     "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo"}
+)  # fmt: skip
+_PROCESS_EVENTS = frozenset({"subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+                             "os.forkpty", "pty.spawn", "os.startfile"})  # fmt: skip
+_SIGNAL_EVENTS = frozenset({"os.kill", "os.killpg"})
+MAX_VIOLATIONS = 50
+
+
+# ---- parent side ------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Job:
+    """One child's directories. Everything outside `scratch` belongs to the parent."""
+
+    name: str
+    job_dir: Path
+    scratch: Path
+    request_path: Path
+    report_path: Path
+    log_path: Path
+    triton_cache: Path  # inside scratch: the child writes compiled kernels here
+    cache_env: dict[str, str]  # env var -> cache dir: copies in scratch (isolated) or shared (trusted)
+    candidate_copy: Path | None
+
+
+def drop_target() -> tuple[int, int] | str:
+    """(uid, gid) of the sandbox user when the child can drop to it, else why it cannot."""
+    if os.geteuid() != 0:
+        return "unavailable: not running as root"
+    try:
+        pw = pwd.getpwnam(SANDBOX_USER)
+    except KeyError:
+        return f"unavailable: no user {SANDBOX_USER!r}"
+    import torch  # the child needs torch's files: they must be readable by the sandbox user too
+
+    for needed in (REPO_ROOT, Path(sysconfig.get_paths()["stdlib"]), Path(torch.__file__).parent,
+                   Path(os.path.realpath(sys.executable))):  # fmt: skip
+        blocked = _first_unreadable(needed)
+        if blocked is not None:
+            return f"unavailable: {blocked} is not readable by {SANDBOX_USER!r} (needed: {needed})"
+    return pw.pw_uid, pw.pw_gid
+
+
+def _first_unreadable(path: Path) -> Path | None:
+    """The first directory on the way to `path` that others cannot traverse (or read, at the end)."""
+    path = Path(os.path.realpath(path))
+    for p in [*reversed(path.parents), path]:
+        mode = p.stat().st_mode
+        if stat.S_ISDIR(mode) and not mode & stat.S_IXOTH:
+            return p
+    return None if path.stat().st_mode & stat.S_IROTH else path
+
+
+def prepare_job(
+    root: Path,
+    name: str,
+    isolate: bool,
+    candidate_path: Path | None,
+    triton_cache: Path,
+    shared_caches: dict[str, Path],
+) -> Job:
+    """Create the job directory. The child compiles into a copy of `triton_cache` (copied back by
+    `persist_triton_cache`: a candidate can poison only its own cache). `shared_caches` (env var ->
+    dir: Inductor, flashinfer) are used in place by trusted children and copied for isolated ones."""
+    job_dir = root / name
+    scratch = job_dir / "scratch"
+    (scratch / "tmp").mkdir(parents=True)
+    os.chmod(job_dir, 0o711)
+    copy = None
+    if candidate_path is not None:
+        copy = job_dir / "candidate.py"
+        shutil.copyfile(candidate_path, copy)
+        os.chmod(copy, 0o644)
+    child_triton = scratch / "triton-cache"
+    _copy_dir(triton_cache, child_triton)
+    cache_env = {}
+    for var, shared in shared_caches.items():
+        if isolate:
+            target = scratch / f"cache-{var.lower()}"
+            _copy_dir(shared, target)
+        else:
+            shared.mkdir(parents=True, exist_ok=True)
+            target = shared
+        cache_env[var] = str(target)
+    return Job(name, job_dir, scratch, job_dir / "request.json", job_dir / "report.jsonl", job_dir / "child.log",
+               child_triton, cache_env, copy)  # fmt: skip
+
+
+def _copy_dir(src: Path, dst: Path) -> None:
+    if src.is_dir():
+        shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("*.lock"), dirs_exist_ok=True)
+    else:
+        dst.mkdir(parents=True, exist_ok=True)
+
+
+def child_env(job: Job, device: str, threads: int) -> dict[str, str]:
+    env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+    env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
+    env.setdefault("LANG", "C.UTF-8")
+    env.update(
+        HOME=str(job.scratch),
+        TMPDIR=str(job.scratch / "tmp"),
+        XDG_CACHE_HOME=str(job.scratch / ".cache"),
+        PYTHONPATH=str(REPO_ROOT),
+        PYTHONDONTWRITEBYTECODE="1",
+        PYTHONNOUSERSITE="1",
+        TRITON_CACHE_DIR=str(job.triton_cache),
+        TORCHINDUCTOR_COMPILE_THREADS="1",  # compile in-process: no worker processes outside the audit hook
+        OMP_NUM_THREADS=str(threads),
+        MKL_NUM_THREADS=str(threads),
+    )
+    env.update(job.cache_env)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    return env
+
+
+@dataclass(frozen=True)
+class ChildRun:
+    """What came back from one child: its exit, its report lines, the tail of its log."""
+
+    returncode: int | None
+    timed_out: bool
+    wall_s: float
+    events: list[dict[str, Any]]
+    log_tail: str
+    malformed_report_lines: int = 0
+
+    @property
+    def signal_name(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+
+LOG_TAIL_CHARS = 4000
+
+
+def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, threads: int) -> ChildRun:
+    """Start `python -m harness.child` on `request`; wait at most `timeout_s`; collect its report."""
+    job.request_path.write_text(json.dumps(request, indent=1))
+    os.chmod(job.request_path, 0o644)
+    job.report_path.touch(mode=0o644)
+    drop = request.get("drop")
+    if drop:
+        uid, gid = drop
+        for p in [job.scratch, *job.scratch.rglob("*")]:
+            os.lchown(p, uid, gid)
+    cmd = [sys.executable, "-P", "-s", "-B", "-m", "harness.child", str(job.request_path)]
+    start = time.monotonic()
+    with open(job.log_path, "wb") as log:
+        proc = subprocess.Popen(cmd, cwd=job.scratch, env=child_env(job, device, threads), stdin=subprocess.DEVNULL,
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+        finally:
+            _kill_group(proc)
+    wall = time.monotonic() - start
+    events, malformed = [], 0
+    for line in job.report_path.read_text(errors="replace").splitlines():
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError:
+            malformed += 1
+            continue
+        if isinstance(obj, dict):
+            events.append(obj)
+    log_text = job.log_path.read_text(errors="replace")
+    return ChildRun(None if timed_out else proc.returncode, timed_out, wall, events, log_text[-LOG_TAIL_CHARS:],
+                    malformed)  # fmt: skip
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Kill the child's whole session (it may have started compilers) and reap the child."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+
+
+def persist_triton_cache(job: Job, dest: Path) -> None:
+    """Copy the child's Triton cache back to the candidate's own persistent cache."""
+    if job.triton_cache.is_dir():
+        _copy_dir(job.triton_cache, dest)
+
+
+# ---- child side ---------------------------------------------------------------------------------
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def enter(scratch: Path, drop: list[int] | None, drop_reason: str | None) -> dict[str, str]:
+    """Apply the OS layers in the child (as its first act) and say which are active."""
+    layers = {"minimal_env": "active", "scratch_cwd": "active"}
+    os.chdir(scratch)
+    os.umask(0o077)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    if os.geteuid() == 0:
+        if _libc().unshare(CLONE_NEWNET) == 0:
+            layers["network_namespace"] = "active"
+        else:
+            layers["network_namespace"] = f"unavailable: unshare failed: {os.strerror(ctypes.get_errno())}"
+    else:
+        layers["network_namespace"] = "unavailable: not running as root"
+    if drop:
+        uid, gid = drop
+        os.setgroups([])
+        os.setgid(gid)
+        os.setuid(uid)
+        if os.getuid() != uid or os.geteuid() != uid:
+            raise RuntimeError(f"sandbox: could not drop to uid {uid}; still {os.getuid()}/{os.geteuid()}")
+        layers["uid_drop"] = f"active: uid {uid} ({SANDBOX_USER})"
+    else:
+        layers["uid_drop"] = drop_reason or "unavailable"
+    if _libc().prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0:
+        layers["no_new_privs"] = "active"
+    else:
+        layers["no_new_privs"] = f"unavailable: {os.strerror(ctypes.get_errno())}"
+    return layers
+
+
+def is_secret_env_name(name: str) -> bool:
+    words = re.split(r"[^A-Za-z0-9]+", name.upper())
+    return any(w in SECRET_ENV_WORDS for w in words) or words[0] in SECRET_ENV_PREFIXES
+
+
+@dataclass
+class Monitor:
+    """The audit hook and the environ witness. `violations` lists what the candidate attempted."""
+
+    writable: tuple[str, ...]  # real paths of the directories the child may write in
+    own: str  # the child's job directory (its candidate copy, scratch): read freely, never "secret"
+    library_roots: tuple[str, ...]  # Python installation: read freely, never "secret"
+    violations: list[str] = field(default_factory=list)
+    _busy: threading.local = field(default_factory=threading.local)
+
+    def record(self, kind: str, what: str) -> None:
+        entry = f"{kind}: {what}"
+        if entry not in self.violations and len(self.violations) < MAX_VIOLATIONS:
+            self.violations.append(entry)
+
+    def install(self) -> None:
+        sys.addaudithook(self._hook)
+        environ = os.environ
+        monitor = self
+
+        class WitnessedEnviron(type(environ)):
+            def __getitem__(self, key):
+                if isinstance(key, str) and is_secret_env_name(key):
+                    monitor.record("secret_env_read", key)
+                return super().__getitem__(key)
+
+        # Rebinding (not clearing) is the point: os.getenv and every later reader go through the witness.
+        witnessed = WitnessedEnviron(
+            environ._data, environ.encodekey, environ.decodekey, environ.encodevalue, environ.decodevalue
+        )
+        os.environ = witnessed  # noqa: B003
+
+    def _may_write(self, path: str) -> bool:
+        if path in ("/dev/null", "/dev/stdout", "/dev/stderr"):
+            return True
+        return any(path == root or path.startswith(root + os.sep) for root in self.writable)
+
+    def _is_library_or_own(self, path: str) -> bool:
+        return any(path.startswith(root + os.sep) for root in (*self.library_roots, self.own))
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if event != "open" and event not in _PATH_WRITE_EVENTS and event not in _NETWORK_EVENTS \
+                and event not in _PROCESS_EVENTS and event not in _SIGNAL_EVENTS:  # fmt: skip
+            return
+        if getattr(self._busy, "active", False):
+            return
+        self._busy.active = True
+        try:
+            self._check(event, args)
+        finally:
+            self._busy.active = False
+
+    def _check(self, event: str, args: tuple) -> None:
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, int):
+                return
+            real = _real(path)
+            writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or bool((flags or 0) & _WRITE_FLAGS)
+            if writes and not self._may_write(real):
+                self.record("write_outside_scratch", real)
+                raise PermissionError(f"sandbox: writing {real} is not allowed (only the scratch directory)")
+            if SECRET_PATH.search(real) and not self._is_library_or_own(real):
+                self.record("secret_read", real)
+                raise PermissionError(f"sandbox: {real} is not readable here")
+        elif event in _PATH_WRITE_EVENTS:
+            for i in _PATH_WRITE_EVENTS[event]:
+                if i < len(args) and isinstance(args[i], str | bytes | os.PathLike):
+                    real = _real(args[i])
+                    if not self._may_write(real):
+                        self.record("write_outside_scratch", f"{event} {real}")
+                        raise PermissionError(f"sandbox: {event} on {real} is not allowed")
+        elif event in _NETWORK_EVENTS:
+            on_socket = event in ("socket.connect", "socket.bind", "socket.sendto", "socket.sendmsg")
+            self.record("network", f"{event} {args[-1] if on_socket else args}")
+            raise PermissionError(f"sandbox: {event} is not allowed (no network)")
+        elif event in _PROCESS_EVENTS:
+            exe = _executable(event, args)
+            if exe is None or os.path.basename(exe) not in ALLOWED_EXECUTABLES:
+                self.record("process", f"{event} {exe!r}")
+                raise PermissionError(f"sandbox: {event} of {exe!r} is not allowed")
+        elif event in _SIGNAL_EVENTS and args and args[0] not in (0, os.getpid()):
+            self.record("signal", f"{event}{args}")
+            raise PermissionError(f"sandbox: {event} to another process is not allowed")
+
+
+def _real(path: str | bytes | os.PathLike) -> str:
+    p = os.fsdecode(path)
+    return os.path.realpath(p)
+
+
+def _executable(event: str, args: tuple) -> str | None:
+    """The program an exec-like event would start (None for a bare fork)."""
+    if event == "subprocess.Popen":
+        exe, argv = args[0], args[1]
+        if exe is None:
+            if isinstance(argv, str | bytes | os.PathLike):
+                return os.fsdecode(argv).split()[0] if os.fsdecode(argv).strip() else None
+            return os.fsdecode(argv[0]) if argv else None
+        return os.fsdecode(exe)
+    if event == "os.system":
+        command = os.fsdecode(args[0]).strip()
+        return command.split()[0] if command else None
+    if event in ("os.exec", "os.posix_spawn"):
+        return os.fsdecode(args[0])
+    if event == "os.spawn":
+        return os.fsdecode(args[1])
+    return None

@@ -1,0 +1,60 @@
+"""Every planted cheat is caught and named; hangs, crashes and exceptions become statuses.
+
+All of them ran in one runner call (tests/conftest.py: planted_run), beside an honest control, so
+these tests also show that one candidate's failure never stops the others.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from harness.records import Status
+
+
+@pytest.mark.parametrize(
+    ("name", "cheats"),
+    [
+        ("alias_input", ["output_aliases_input", "inputs_mutated"]),
+        ("mutates_input", ["inputs_mutated"]),
+        ("cached_storage", ["cached_result"]),
+        ("cached_values", ["cached_result"]),
+        ("stale_memory", ["stale_memory"]),
+        ("side_thread", ["async_work", "background_thread"]),
+        ("non_tensor", ["non_tensor_output"]),
+        ("patched_timers", ["patched_function: time.perf_counter", "patched_function: torch.cuda.synchronize"]),
+        ("fallback", ["fallback_to_reference: executed ops.py:norm_residual_norm"]),
+    ],
+)
+def test_planted_cheats_are_caught_and_named(planted, name, cheats):
+    record = planted(name)
+    assert record.status is Status.CHEAT_DETECTED, (record.status, record.detail)
+    for cheat in cheats:
+        assert any(c.startswith(cheat) for c in record.cheats), (cheat, record.cheats)
+    assert record.detail in record.cheats
+    assert record.timing is None
+
+
+def test_cached_values_are_caught_by_comparing_seeds_in_the_parent(planted):
+    (cheat,) = planted("cached_values").cheats
+    assert cheat == "cached_result: seed 2 returned the previous seed's outputs for different inputs"
+
+
+@pytest.mark.parametrize(
+    ("name", "status", "detail"),
+    [
+        ("hangs", Status.TIMEOUT, "killed after 25 s"),
+        ("crashes", Status.CRASH, "SIGSEGV"),
+        ("raises", Status.RUNTIME_ERROR, "NotImplementedError: planted: this launcher always raises"),
+    ],
+)
+def test_failures_become_statuses(planted, name, status, detail):
+    record = planted(name)
+    assert record.status is status and detail in record.detail, (record.status, record.detail)
+    assert record.log_tail  # the child's log (and traceback) travels with the record
+
+
+def test_no_planted_file_stopped_the_run(planted_run):
+    names = {r.implementation for r in planted_run.records}
+    assert {"correct", "hangs", "crashes", "raises", "stale_memory", "reads_secret"} <= names
+    assert planted_run.run.statuses["correct"] == "passed"
+    assert planted_run.run.wall_s > 0

@@ -1,0 +1,133 @@
+"""The command line: dispatch, Hydra overrides, bad input with clear errors, and a real run end to end."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from harness import cli
+from harness.bench import BenchSettings
+from harness.environment import REPO_ROOT
+from harness.run_cmd import RunSettings
+
+FIXTURES = REPO_ROOT / "tests" / "fixtures"
+
+
+def harness(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    """`python -m harness ...` as the GPU machine runs it: from the working tree, PYTHONPATH set."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
+                          cwd=REPO_ROOT, timeout=timeout)  # fmt: skip
+
+
+def run_in_process(capsys, *args: str) -> tuple[int, str, str]:
+    try:
+        code = cli.main(list(args))
+    except SystemExit as e:  # Hydra exits 1 itself on an override it cannot apply
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_help_lists_every_command():
+    result = harness("--help")
+    assert result.returncode == 0
+    for command in cli.COMMANDS:
+        assert f"  {command.name}" in result.stdout and command.help in result.stdout
+
+
+def test_no_command_or_an_unknown_one_is_bad_input(capsys):
+    code, out, _ = run_in_process(capsys)
+    assert code == 1 and "usage: harness <command>" in out
+    code, _, err = run_in_process(capsys, "frobnicate", "task=fuse_norm")
+    assert code == 1 and "unknown command 'frobnicate task=fuse_norm'; known: run, results, model info" in err
+
+
+def test_command_help_shows_settings_and_defaults(capsys):
+    code, out, _ = run_in_process(capsys, "run", "--help")
+    assert code == 0
+    for line in ("seeds:", "parity_timeout_s: 600.0", "bench:", "  graph_calls: 100", "candidates: []"):
+        assert line in out
+
+
+def test_cfg_job_prints_the_composed_configuration(capsys):
+    code, out, _ = run_in_process(capsys, "run", "task=fuse_norm", "seeds=[4,5]", "bench.samples=70", "--cfg", "job")
+    assert code == 0 and "task: fuse_norm" in out and "samples: 70" in out and "- 4\n- 5" in out
+
+
+def test_overrides_become_the_typed_frozen_settings():
+    with initialize_config_dir(config_dir=cli.CONFIG_DIR, version_base=None):
+        from hydra.core.config_store import ConfigStore
+
+        ConfigStore.instance().store(name=cli.SCHEMA_NAME, node=cli._schema_node(RunSettings))
+        cfg = compose(cli.COMMAND_CONFIG, overrides=["task=fuse_norm", "seeds=[4,5]", "shapes=['T=1']",
+                                                     "bench.samples=70", "results_dir=/tmp/r"])  # fmt: skip
+    settings = cli._to_settings(RunSettings, cfg)
+    assert isinstance(settings, RunSettings) and settings.task == "fuse_norm"
+    assert settings.seeds == (4, 5) and settings.shapes == ("T=1",) and settings.candidates == ()
+    assert settings.bench == BenchSettings(samples=70) and settings.results_dir == "/tmp/r"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["task=nope"], "task 'nope' unknown; known: ['dense_act', 'fuse_norm'"),
+        ([], "task is required, e.g. `harness run task=fuse_norm`; known:"),
+        (["task=fuse_norm", "candidates=[no_such_kernel]"],
+         "candidate 'no_such_kernel' not found for task 'fuse_norm'"),
+        ([f"candidates=[{FIXTURES}/bad_input/no_launcher.py]"],
+         "no top-level launcher `def norm_residual_norm(...)` (the reference op's name); public functions found: "
+         "['fuse_norm']"),
+        ([f"candidates=[{FIXTURES}/bad_input/bad_metadata.py]"], "CANDIDATE must be a literal dict"),
+        ([f"candidates=[{FIXTURES}/bad_input/agent_without_model.py]"], "must name its model"),
+        (["task=fuse_norm", "shapes=['T=7']"], "task 'fuse_norm' has no shapes ['T=7'] on cpu; known:"),
+        (["task=fuse_norm", "seeds=[-1]"], "seeds must be non-negative ints"),
+        (["task=fuse_norm", "device=tpu"], "device must be auto, cuda or cpu; got 'tpu'"),
+    ],
+)  # fmt: skip
+def test_bad_input_exits_1_with_a_clear_message(capsys, args, message):
+    if any(a.startswith("candidates=") for a in args):
+        args = ["task=fuse_norm", *args]
+    code, out, err = run_in_process(capsys, "run", *args)
+    assert code == 1 and message in err, err
+    assert "Traceback" not in err and "planted: this module must never be imported" not in out + err
+
+
+def test_a_value_of_the_wrong_type_is_refused_by_hydra(capsys):
+    code, _, err = run_in_process(capsys, "run", "task=fuse_norm", "seeds=[a]")
+    assert code == 1 and "could not be converted to Integer" in err
+
+
+def test_a_multirun_sweep_runs_every_job_and_fails_if_one_fails(capsys):
+    code, _, err = run_in_process(capsys, "run", "-m", "task=nope,also_nope")
+    assert code == 1 and "task 'nope' unknown" in err and "task 'also_nope' unknown" in err
+
+
+def test_run_end_to_end_with_a_real_triton_candidate(tmp_path):
+    results, cache = tmp_path / "results", tmp_path / "cache"
+    run = harness("run", "task=fuse_norm", "candidates=[row_per_program]", "shapes=['tiny T=1','tiny T=5']",
+                  "seeds=[1,2]", f"results_dir={results}", f"cache_dir={cache}", "progress=false")  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    out = run.stdout
+    assert "== fuse_norm | tiny T=1 | cpu, interpreter policy, seeds [1, 2] ==" in out
+    assert "== fuse_norm | tiny T=5 |" in out and "row_per_program passed" in out
+    assert "timings there are not meaningful and were skipped" in out and "s wall; records in" in out
+    lines = (results / "fuse_norm" / "records.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [(r["implementation"], r["shape_label"], r["status"]) for r in records] == [
+        ("row_per_program", "tiny T=1", "passed"),
+        ("row_per_program", "tiny T=5", "passed"),
+    ]
+    assert records[0]["candidate_path"] == "candidate_kernels/fuse_norm/row_per_program.py"
+    assert records[0]["isolation"]["audit_hook"] == "active"
+    assert any((cache / "triton").iterdir())  # the candidate's compiled kernels are kept for the next run
+    history = harness("results", "task=fuse_norm", f"results_dir={results}")
+    assert history.returncode == 0, history.stderr
+    run_id = json.loads((results / "fuse_norm" / "runs.jsonl").read_text())["run_id"]
+    assert run_id in history.stdout and "Promoted: none" in history.stdout
+    assert "row_per_program" in history.stdout and "tiny T=5" in history.stdout

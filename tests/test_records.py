@@ -1,0 +1,147 @@
+"""Records: validated at construction, append-only, readable with pandas, robust to torn writes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from harness.records import (
+    RECORDS_FILE,
+    EvaluationRecord,
+    Status,
+    Timing,
+    append,
+    load_frame,
+    read,
+    read_lines,
+)
+
+HASH = "a" * 64
+
+
+def _record(**changes) -> EvaluationRecord:
+    fields = dict(
+        run_id="run-1", task="fuse_norm", implementation="row_per_program", kind="candidate", shape_label="T=1",
+        shape={"T": 1, "D": 5120}, device="cuda", policy="gpu", seeds=[1, 2, 3], status=Status.PASSED, detail="",
+        environment={"device": "NVIDIA H200"}, candidate_hash=HASH, candidate_path="candidate_kernels/x.py",
+        parity={"x_TD": {"passed": True, "max_ulp": 1, "fp64_ratio": 1.0}},
+        timing=Timing(2.0, 2.1, 2.3, "cuda_graph", 40, 100), baselines_us={"reference": {"p20_us": 9.0,
+        "p50_us": 9.5, "p80_us": 10.0}}, speedups={"reference": 9.5 / 2.1}, floor_us=0.01, floor_fraction=0.01 / 2.1,
+    )  # fmt: skip
+    fields.update(changes)
+    return EvaluationRecord(**fields)
+
+
+def test_round_trip_through_the_file_and_pandas(tmp_path):
+    path = tmp_path / "fuse_norm" / RECORDS_FILE
+    first, second = _record(), _record(shape_label="T=8", implementation="other")
+    append(path, first)
+    append(path, second)
+    records, skipped = read(path, EvaluationRecord)
+    assert records == [first, second] and skipped == []
+    frame, skipped = load_frame(tmp_path, "fuse_norm")
+    assert skipped == [] and len(frame) == 2
+    assert list(frame["timing.p50_us"]) == [2.1, 2.1]
+    assert list(frame["status"]) == ["passed", "passed"]
+    assert frame["parity.x_TD.max_ulp"].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"status": Status.MISMATCH, "detail": "x"}, "only passed implementations are timed"),
+        ({"timing": Timing(2.0, 2.1, 2.3, "cuda_graph", 40, 100), "status": "passed", "parity": {}}, "parity"),
+        ({"candidate_hash": None}, "64-hex content hash"),
+        ({"status": Status.CHEAT_DETECTED, "detail": "x", "timing": None}, "must name the cheats"),
+        ({"status": Status.TIMEOUT, "detail": "", "timing": None}, "needs a detail"),
+        ({"floor_fraction": float("nan")}, "non-finite number"),
+        ({"kind": "winner"}, "kind must be one of"),
+        ({"status": "won"}, "'won' is not a valid Status"),
+    ],
+)
+def test_invalid_records_are_refused_at_construction(changes, message):
+    with pytest.raises(ValueError, match=message):
+        _record(**changes)
+
+
+def test_timing_quantiles_are_ordered():
+    with pytest.raises(ValueError, match="p20 <= p50 <= p80"):
+        Timing(3.0, 2.0, 4.0, "events", 10, 3)
+    assert Timing(2.0, 2.5, 3.0, "events", 10, 3).noise == pytest.approx(0.4)
+
+
+def test_a_torn_last_line_is_skipped_and_the_next_append_starts_fresh(tmp_path):
+    path = tmp_path / RECORDS_FILE
+    append(path, _record())
+    whole = json.dumps(_record(implementation="torn").to_dict())
+    with open(path, "ab") as f:
+        f.write(whole[: len(whole) // 2].encode())  # an interrupted writer: half a line, no newline
+    records, skipped = read(path, EvaluationRecord)
+    assert [r.implementation for r in records] == ["row_per_program"]
+    assert len(skipped) == 1 and "torn last line" in skipped[0]
+    append(path, _record(implementation="after"))
+    records, skipped = read(path, EvaluationRecord)
+    assert [r.implementation for r in records] == ["row_per_program", "after"]
+    assert len(skipped) == 1 and "corrupt line" in skipped[0]
+
+
+_WRITER = textwrap.dedent(
+    """
+    import sys
+    from harness.records import append
+    from tests.test_records import _record
+    path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    for i in range(n):
+        append(__import__("pathlib").Path(path), _record(implementation=f"{tag}-{i}", log_tail="x" * 200_000))
+    """
+)
+
+
+def _spawn_writer(path, tag: str, n: int) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": os.getcwd()}
+    return subprocess.Popen([sys.executable, "-c", _WRITER, str(path), tag, str(n)], env=env)
+
+
+def test_a_writer_killed_mid_way_leaves_every_earlier_record_intact(tmp_path):
+    path = tmp_path / RECORDS_FILE
+    writer = _spawn_writer(path, "killed", 10_000)
+    deadline = time.monotonic() + 60
+    while (not path.exists() or path.stat().st_size < 2_000_000) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    writer.send_signal(signal.SIGKILL)
+    writer.wait()
+    result = read_lines(path)
+    assert len(result.rows) >= 5
+    assert [r["implementation"] for r in result.rows] == [f"killed-{i}" for i in range(len(result.rows))]
+    assert len(result.skipped) <= 1  # at most the line being written when the signal came
+
+
+def test_concurrent_appends_never_interleave(tmp_path):
+    path = tmp_path / RECORDS_FILE
+    writers = [_spawn_writer(path, f"w{k}", 25) for k in range(4)]
+    assert [w.wait() for w in writers] == [0, 0, 0, 0]
+    result = read_lines(path)
+    assert result.skipped == []
+    assert len(result.rows) == 100
+    for k in range(4):  # each writer's records whole, and in its own order
+        mine = [r["implementation"] for r in result.rows if r["implementation"].startswith(f"w{k}-")]
+        assert mine == [f"w{k}-{i}" for i in range(25)]
+
+
+def test_readers_see_whole_lines_while_a_writer_appends(tmp_path):
+    # A reader takes a shared lock: it sees whole lines only, never one being written.
+    path = tmp_path / RECORDS_FILE
+    writer = _spawn_writer(path, "live", 40)
+    seen = []
+    while writer.poll() is None:
+        result = read_lines(path)
+        assert result.skipped == []
+        seen.append(len(result.rows))
+    assert writer.wait() == 0 and seen == sorted(seen)

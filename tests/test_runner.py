@@ -1,0 +1,255 @@
+"""The runner's sandbox and records (planted candidates), and promotion as a pure function of records."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from harness import promote, sandbox
+from harness.environment import REPO_ROOT
+from harness.records import (
+    PROMOTIONS_FILE,
+    RECORDS_FILE,
+    RUNS_FILE,
+    EvaluationRecord,
+    PromotionRecord,
+    RunRecord,
+    Status,
+    Timing,
+    append,
+    read,
+)
+from tests.conftest import PLANTED_SECRET_ENV, PLANTED_SECRET_FILE
+
+
+# ---- the sandbox, on planted candidates ------------------------------------------------------------
+def test_a_secret_is_neither_found_nor_unrecorded(planted):
+    record = planted("reads_secret")
+    assert record.status is Status.SANDBOX_VIOLATION
+    assert f"secret_env_read: {PLANTED_SECRET_ENV[0]}" in record.sandbox_events
+    assert f"secret_read: {PLANTED_SECRET_FILE[0]}" in record.sandbox_events
+    assert "FOUND: [None, 'refused: sandbox:" in record.log_tail  # what the candidate printed
+    assert PLANTED_SECRET_ENV[1] not in record.log_tail and PLANTED_SECRET_FILE[1] not in record.log_tail
+
+
+def test_writes_outside_scratch_are_blocked_and_recorded(planted):
+    record = planted("writes_repo")
+    assert record.status is Status.SANDBOX_VIOLATION
+    assert f"write_outside_scratch: {REPO_ROOT / 'PLANTED_BY_CANDIDATE'}" in record.sandbox_events
+    assert "write_outside_scratch: /tmp/PLANTED_BY_CANDIDATE" in record.sandbox_events
+    assert not (REPO_ROOT / "PLANTED_BY_CANDIDATE").exists() and not Path("/tmp/PLANTED_BY_CANDIDATE").exists()
+
+
+def test_the_network_is_unreachable_and_attempts_are_recorded(planted):
+    record = planted("opens_socket")
+    assert record.status is Status.SANDBOX_VIOLATION
+    assert any(e.startswith("network: socket.getaddrinfo") for e in record.sandbox_events)
+    assert any(e.startswith("network: socket.bind") for e in record.sandbox_events)
+    assert "CONNECTED" not in record.log_tail
+
+
+def test_every_record_says_which_isolation_layers_were_active(planted_run):
+    for record in planted_run.records:
+        layers = record.isolation
+        assert layers["audit_hook"] == "active" and layers["minimal_env"] == "active", record.implementation
+        for layer in ("network_namespace", "uid_drop", "no_new_privs"):
+            assert layers[layer] == "active" or layers[layer].startswith("active:") or "unavailable" in layers[layer]
+        if os.geteuid() == 0:
+            assert layers["network_namespace"] == "active"
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="dropping privileges needs root")
+def test_the_uid_drop_makes_the_repository_unwritable(tmp_path):
+    """The OS layers of `sandbox.enter`, in a forked process (they cannot be undone in this one)."""
+    import pwd
+
+    nobody = pwd.getpwnam(sandbox.SANDBOX_USER)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chown(scratch, nobody.pw_uid, nobody.pw_gid)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: enter, then try to write into the repository
+        os.close(read_end)
+        try:
+            layers = sandbox.enter(scratch, [nobody.pw_uid, nobody.pw_gid], None)
+            try:
+                open(REPO_ROOT / "PLANTED_BY_TEST", "w").close()
+                outcome = "wrote"
+            except PermissionError:
+                outcome = "refused"
+            Path("ok").write_text("scratch is writable")  # relative: the cwd is scratch
+            os.write(write_end, f"{outcome} {layers['uid_drop']} {layers['network_namespace']}".encode())
+        except BaseException as e:
+            os.write(write_end, f"error {e!r}".encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    os.waitpid(pid, 0)
+    message = os.read(read_end, 1000).decode()
+    assert message.startswith("refused active: uid") and message.endswith(" active"), message
+    assert (scratch / "ok").exists() and not (REPO_ROOT / "PLANTED_BY_TEST").exists()
+
+
+def test_the_child_environment_is_an_allowlist(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-should-not-pass")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp-should-not-pass")
+    job = sandbox.prepare_job(tmp_path, "j", True, None, tmp_path / "no-cache", {})
+    env = sandbox.child_env(job, "cpu", 1)
+    assert "ANTHROPIC_API_KEY" not in env and "GITHUB_TOKEN" not in env
+    assert env["HOME"] == str(job.scratch) and env["TRITON_INTERPRET"] == "1"
+    assert set(env) <= set(sandbox.PASSTHROUGH_ENV) | {
+        "HOME", "TMPDIR", "XDG_CACHE_HOME", "PYTHONPATH", "PYTHONDONTWRITEBYTECODE", "PYTHONNOUSERSITE",
+        "TRITON_CACHE_DIR", "TORCHINDUCTOR_COMPILE_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "TRITON_INTERPRET",
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("name", "secret"),
+    [("ANTHROPIC_API_KEY", True), ("GITHUB_TOKEN", True), ("MY_DB_PASSWORD", True), ("AWS_REGION", True),
+     ("TRITON_CACHE_DIR", False), ("TORCHINDUCTOR_AUTOTUNE", False), ("PATH", False), ("KERNEL_NAME", False)],
+)  # fmt: skip
+def test_secret_variable_names(name, secret):
+    assert sandbox.is_secret_env_name(name) is secret
+
+
+# ---- what a run writes -------------------------------------------------------------------------------
+def test_the_run_appended_its_records_and_run_record(planted_run):
+    results = Path(planted_run.run.settings["results_dir"]) / "fuse_norm"
+    records, skipped = read(results / RECORDS_FILE, EvaluationRecord)
+    assert skipped == [] and len(records) == len(planted_run.records)
+    assert {r.record_id for r in records} == {r.record_id for r in planted_run.records}
+    (run,), _ = read(results / RUNS_FILE, RunRecord)
+    assert run.run_id == planted_run.run.run_id and run.wall_s > 0 and run.device == "cpu"
+    assert "not meaningful" in run.timing_skipped
+    assert not (results / PROMOTIONS_FILE).exists()  # no promotion without GPU timings
+    correct = next(r for r in records if r.implementation == "correct")
+    assert correct.candidate_meta == {"author": "agent", "model": "planted-fixture", "parent": None,
+                                      "idea": "the reference, written out"}  # fmt: skip
+    assert correct.environment["torch"] and correct.timing is None and "no CUDA GPU" in correct.timing_skipped
+
+
+# ---- promotion: a pure function of records -----------------------------------------------------------
+SHAPES = ("T=1", "T=16384")
+ENV = {"device": "NVIDIA H200"}
+
+
+def _t(p50: float, spread: float = 0.02) -> dict[str, float]:
+    return {"p20_us": p50 * (1 - spread), "p50_us": p50, "p80_us": p50 * (1 + spread)}
+
+
+def _rec(name: str, shape: str, p50: float, baselines: dict[str, float], spread: float = 0.02, **changes):
+    fields = dict(
+        run_id="run-7", task="fuse_norm", implementation=name, kind="candidate", shape_label=shape,
+        shape={"T": int(shape[2:])}, device="cuda", policy="gpu", seeds=[1, 2, 3], status=Status.PASSED, detail="",
+        environment=ENV, candidate_hash=(name * 64)[:64], candidate_path=f"candidate_kernels/fuse_norm/{name}.py",
+        parity={"x_TD": {"passed": True}}, timing=Timing(**_t(p50, spread), method="cuda_graph", samples=40,
+        calls_per_window=100), baselines_us={b: _t(v) for b, v in baselines.items()},
+        speedups={b: v / p50 for b, v in baselines.items()}, floor_us=0.5,
+    )  # fmt: skip
+    fields.update(changes)
+    return EvaluationRecord(**fields)
+
+
+BASE = {"reference": 10.0, "torch_compile": 6.0, "flashinfer_rmsnorm_x2": 5.0}
+
+
+def test_a_clear_win_everywhere_is_promoted_with_its_evidence():
+    records = [_rec("fast", s, 3.0, BASE) for s in SHAPES]
+    record, (assessment,), reason = promote.decide(records, SHAPES, None, ENV)
+    assert record is not None and record.action == "promote" and record.candidate == "fast"
+    assert record.evidence == [r.record_id for r in records] and record.content_hash == records[0].candidate_hash
+    assert record.speedups["T=1"]["flashinfer_rmsnorm_x2"] == pytest.approx(5.0 / 3.0)
+    assert assessment.score == pytest.approx(5.0 / 3.0) and "beats every baseline" in reason
+
+
+def test_a_win_inside_the_noise_is_not_promoted():
+    # 3% faster at the median than the best baseline, but with 2% noise bands the bands overlap.
+    records = [_rec("marginal", s, 4.85, BASE) for s in SHAPES]
+    assert all(r.speedups["flashinfer_rmsnorm_x2"] > 1 for r in records)
+    record, (assessment,), reason = promote.decide(records, SHAPES, None, ENV)
+    assert record is None and not assessment.eligible
+    assert any("not beyond noise against flashinfer_rmsnorm_x2" in r for r in assessment.reasons)
+    # the same medians with tight bands are beyond the noise
+    tight = [_rec("marginal", s, 4.85, {b: v for b, v in BASE.items()}, spread=0.005) for s in SHAPES]
+    tight = [
+        EvaluationRecord(**{**r.__dict__, "baselines_us": {b: _t(v, 0.005) for b, v in BASE.items()}}) for r in tight
+    ]
+    assert promote.decide(tight, SHAPES, None, ENV)[0] is not None
+
+
+def test_losing_on_one_shape_or_to_one_baseline_blocks_promotion():
+    records = [_rec("half", "T=1", 3.0, BASE), _rec("half", "T=16384", 5.5, BASE)]
+    record, (assessment,), _ = promote.decide(records, SHAPES, None, ENV)
+    assert record is None and assessment.reasons == [
+        "T=16384: not beyond noise against flashinfer_rmsnorm_x2 (candidate p80 5.61 us, flashinfer_rmsnorm_x2 "
+        "p20 4.90 us)"
+    ]
+
+
+def test_failing_parity_on_one_shape_blocks_promotion():
+    records = [
+        _rec("wrong", "T=1", 3.0, BASE),
+        _rec("wrong", "T=16384", 3.0, BASE, status=Status.MISMATCH, detail="x_TD: 12 elements", timing=None,
+             baselines_us={}, speedups={}),
+    ]  # fmt: skip
+    record, (assessment,), _ = promote.decide(records, SHAPES, None, ENV)
+    assert record is None and assessment.reasons == ["T=16384: mismatch (x_TD: 12 elements)"]
+
+
+def test_a_time_below_the_roofline_is_not_promoted():
+    records = [_rec("too_fast", s, 3.0, BASE, floor_us=4.0, suspicious=True) for s in SHAPES]
+    record, (assessment,), _ = promote.decide(records, SHAPES, None, ENV)
+    assert record is None and "below the roofline floor" in assessment.reasons[0]
+
+
+def test_the_best_eligible_candidate_wins_and_a_partial_run_promotes_nothing():
+    records = [_rec("good", s, 4.0, BASE) for s in SHAPES] + [_rec("better", s, 2.0, BASE) for s in SHAPES]
+    record, assessments, _ = promote.decide(records, SHAPES, None, ENV)
+    assert record.candidate == "better" and len(assessments) == 2
+    record, _, reason = promote.decide(records, (*SHAPES, "T=64"), None, ENV)
+    assert record is None and "not every GPU shape" in reason
+
+
+def _promotion(name: str, action: str = "promote") -> PromotionRecord:
+    return PromotionRecord(
+        task="fuse_norm", action=action, candidate=name, path=f"candidate_kernels/fuse_norm/{name}.py",
+        content_hash=(name * 64)[:64], run_id="run-1", evidence=["r1"], reason="earlier", speedups={}, environment=ENV,
+    )  # fmt: skip
+
+
+def test_the_promotion_in_force_changes_only_when_it_was_compared():
+    current = _promotion("incumbent")
+    challenger = [_rec("challenger", s, 2.0, BASE) for s in SHAPES]
+    record, _, reason = promote.decide(challenger, SHAPES, current, ENV)
+    assert record is None and "was not evaluated in this run" in reason
+    both = challenger + [_rec("incumbent", s, 3.0, BASE) for s in SHAPES]
+    record, _, _ = promote.decide(both, SHAPES, current, ENV)
+    assert record.action == "promote" and record.candidate == "challenger"
+
+
+def test_a_promoted_candidate_that_fails_parity_is_withdrawn(tmp_path):
+    current = _promotion("incumbent")
+    failing = [
+        _rec("incumbent", s, 3.0, BASE, status=Status.MISMATCH, detail="after a reference fix", timing=None,
+             baselines_us={}, speedups={}) for s in SHAPES
+    ]  # fmt: skip
+    record, _, reason = promote.decide(failing, SHAPES, current, ENV)
+    assert record.action == "withdraw" and record.content_hash == current.content_hash
+    assert record.evidence == [r.record_id for r in failing] and "after a reference fix" in reason
+    path = tmp_path / "fuse_norm" / PROMOTIONS_FILE
+    append(path, current)
+    assert promote.promoted("fuse_norm", tmp_path) == current
+    append(path, record)
+    assert promote.promoted("fuse_norm", tmp_path) is None
+    assert [p.action for p in promote.history("fuse_norm", tmp_path)] == ["promote", "withdraw"]
+
+
+def test_no_promotion_from_a_cpu_run():
+    records = [_rec("fast", s, 3.0, BASE, device="cpu", policy="interpreter", timing=None, baselines_us={},
+                    speedups={}, timing_skipped="no CUDA GPU") for s in SHAPES]  # fmt: skip
+    record, _, reason = promote.decide(records, SHAPES, None, ENV)
+    assert record is None and reason == "no promotion without GPU timings"
