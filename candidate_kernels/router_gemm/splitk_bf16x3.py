@@ -26,13 +26,17 @@ Measured on the H200: not yet (run by the lead; see the report of issue 4).
 Numerics (reference_model/ops.py router_logits, BEAM.md §4.1): BF16 x upcast exactly, FP32 weights,
 FP32 accumulation, FP32 logits, no TF32 anywhere.
 - FMA path: fma(x, w, acc) chains of D / (SPLIT_K * BLOCK_K) terms per lane, then a tree over the
-  BLOCK_K lanes, then the splits in K order: blocked summation, error at or below cuBLAS's.
+  BLOCK_K lanes, then the splits in K order (compensated): blocked summation, error below cuBLAS's.
 - BF16x3 path: per BLOCK_K block the three MMAs chain in the tensor cores' FP32 accumulator (lo,
   then mid, then hi: small terms first), and the block's sum is added to the running FP32
-  accumulator with an IEEE add. Tensor cores align and truncate inside an MMA, so letting them
-  accumulate all of K would cost ~10x FP32's error; one block of 32-64 terms costs nothing
-  measurable. (Writing `acc + dot(...)` with a zero-initialized dot would let Triton fold the add
-  into the MMA accumulator; the chained dot has a non-zero accumulator, so it is not folded.)
+  accumulator with a compensated (Kahan) IEEE add, as are the split-K partials in the fixup.
+  Tensor cores align and truncate inside an MMA, so letting them accumulate all of K would cost
+  ~10x FP32's error; one block of 32-64 terms costs nothing measurable. (Writing `acc + dot(...)`
+  with a zero-initialized dot would let Triton fold the add into the MMA accumulator; the chained
+  dot has a non-zero accumulator, so it is not folded.)
+- Why compensate: the parity policy allows at most 1.05x the reference's own FP64 error, and both
+  are ~1e-7, so a merely reordered FP32 sum would pass or fail by luck. Compensated, the error is
+  close to one final rounding, well below cuBLAS's.
 - Determinism: the split-K partials are summed in K order by whichever program arrives last, so
   the result does not depend on arrival order. It does depend on the config (BLOCK_K, SPLIT_K),
   which the autotuner picks once per T bucket and process.
@@ -143,6 +147,15 @@ def _prune(configs, named_args, **kwargs):
     return kept or [min(configs, key=lambda c: c.kwargs["SPLIT_K"])]
 
 
+@triton.jit
+def _kahan_add(total, comp, x):
+    """Compensated FP32 sum: total + x with the rounding error carried in comp (no FMA to contract:
+    the error term is exact). Keeps the sum over blocks and splits near one rounding."""
+    y = x - comp
+    t = total + y
+    return t, (t - total) - y
+
+
 def _router_kernel_fn(
     x_ptr,
     w_ptr,
@@ -180,6 +193,7 @@ def _router_kernel_fn(
 
     if USE_MMA:
         acc_TE = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
+        comp_TE = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)  # Kahan compensation of acc_TE
         for kb in range(kb_lo, kb_hi):
             offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
             k_ok = offs_k < D
@@ -193,7 +207,8 @@ def _router_kernel_fn(
             block_TE = tl.dot(x_TK, lo_KE)
             block_TE = tl.dot(x_TK, mid_KE, block_TE)
             block_TE = tl.dot(x_TK, hi_KE, block_TE)
-            acc_TE += block_TE  # IEEE FP32 add: the tensor cores accumulate one block only
+            # The tensor cores accumulate one block only; blocks are added in IEEE FP32, compensated.
+            acc_TE, comp_TE = _kahan_add(acc_TE, comp_TE, block_TE)
     else:
         # One FP32 partial sum per (t, e, lane); the loop is unrolled so all loads issue up front.
         acc_TEK = tl.zeros((BLOCK_T, BLOCK_E, BLOCK_K), dtype=tl.float32)
@@ -222,8 +237,10 @@ def _router_kernel_fn(
             # Last to arrive: sum the splits in K order (deterministic whatever the arrival order);
             # .cg loads read L2, never a stale L1 line from an earlier launch.
             total_TE = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
+            comp_TE = tl.zeros((BLOCK_T, BLOCK_E), dtype=tl.float32)
             for s in tl.static_range(SPLIT_K):
-                total_TE += tl.load(tile_ws + s * (BLOCK_T * BLOCK_E) + tile_elems, cache_modifier=".cg")
+                part_TE = tl.load(tile_ws + s * (BLOCK_T * BLOCK_E) + tile_elems, cache_modifier=".cg")
+                total_TE, comp_TE = _kahan_add(total_TE, comp_TE, part_TE)
             tl.store(out_ptrs, total_TE, mask=out_mask)
             tl.atomic_xchg(sem_ptr + tile, 0, sem="relaxed", scope="gpu")  # leave the counter zeroed
 
