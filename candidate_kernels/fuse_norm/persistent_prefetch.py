@@ -20,9 +20,10 @@ Numerics: identical to row_per_program.py (reference_model/ops.py norm_residual_
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
   h'   = bf16(f32(h) * a + f32(post) * b)                   rounding point 2
   x    = bf16((f32(h') * rsqrt(mean(h'^2) + eps)) * w_pre)  rounding point 3
-torch's operation order, no FMA contraction (enable_fp_fusion=False), mean = sum * fl(1/D) like
-torch's CUDA mean, a and b rounded from double to FP32 like torch's scalar, libdevice rsqrt on
-the GPU (tl.rsqrt under the interpreter, which has no libdevice). Summation order: Triton's tree.
+torch's operation order, no FMA contraction (enable_fp_fusion=False), mean(x^2) from the exact
+sum of squares (FP64 accumulation of the exact FP32 squares of BF16 values: order-independent,
+correctly rounded), a and b rounded from double to FP32 like torch's scalar, libdevice rsqrt on
+the GPU (tl.rsqrt under the interpreter, which has no libdevice).
 
 Launch: grid = min(T, PROGRAMS_PER_SM x #SMs); (PROGRAMS_PER_SM, num_warps) autotuned per
 (D, T bucket). Registers per program hold the weights, the current row and the prefetched one
@@ -75,9 +76,10 @@ _CPU_SMS = 2
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({"PROGRAMS_PER_SM": 1}, num_warps=4)]
-    # Two programs of 4 warps need about 2 x 28K registers, two of 8 warps 2 x 32K: both fit an SM's
-    # 64K; more programs per SM would not be resident at once and would only run late.
-    shapes = ((1, 8), (1, 16), (2, 4), (2, 8))
+    # Registers per program at D = 5120 (ptxas, sm_90a): 4 warps x 242, 8 x 154, 16 x 98. Only the
+    # 4-warp program fits twice in an SM's 64K registers; a program that is not resident at once
+    # would run its rows late, so no config asks for more programs per SM than fit.
+    shapes = ((1, 8), (1, 16), (2, 4))
     return [triton.Config({"PROGRAMS_PER_SM": p}, num_warps=w) for p, w in shapes]
 
 
@@ -114,12 +116,15 @@ def _row_split(D: int) -> tuple[int, int, bool]:
 
 
 @triton.jit
-def _sum_of_squares(head, tail, HAS_TAIL: tl.constexpr):
-    """Sum over the row, FP32: the head's rows fold onto the tail's columns, then one block reduction."""
-    partial = tl.sum(head * head, axis=0)
+def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr):
+    """mean(x^2) over the row, FP32, from the EXACT sum: x holds BF16 values, whose squares are exact
+    in FP32 and whose sum of a few thousand is exact in FP64, so the result is the correctly rounded
+    mean, whatever the summation order (warps, configs, devices). The head's rows fold onto the
+    tail's columns first, so the whole row costs one block-wide reduction."""
+    partial = tl.sum((head * head).to(tl.float64), axis=0)
     if HAS_TAIL:
-        partial += tail * tail
-    return tl.sum(partial, axis=0)
+        partial += (tail * tail).to(tl.float64)
+    return (tl.sum(partial, axis=0) / N_COLS).to(tl.float32)
 
 
 @triton.jit
@@ -200,7 +205,7 @@ def _fuse_norm_persistent_kernel(
         # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1); masked lanes are 0.
         y_head32 = y_head.to(tl.float32)
         y_tail32 = y_tail.to(tl.float32)
-        inv_rms_y = _rsqrt(_sum_of_squares(y_head32, y_tail32, HAS_TAIL) * (1.0 / N_COLS) + eps)
+        inv_rms_y = _rsqrt(_mean_of_squares(y_head32, y_tail32, N_COLS, HAS_TAIL) + eps)
         post_head = (y_head32 * inv_rms_y * post_w_head).to(tl.bfloat16)
         # Depth-scaled residual: h*a and post*b each rounded to FP32, then the add (rounding point 2).
         h_new_head = (h_head.to(tl.float32) * coef_h + post_head.to(tl.float32) * coef_post).to(tl.bfloat16)
@@ -214,7 +219,7 @@ def _fuse_norm_persistent_kernel(
         # Pre-norm of sublayer k+1 on the rounded stream (rounding point 3).
         h_new_head32 = h_new_head.to(tl.float32)
         h_new_tail32 = h_new_tail.to(tl.float32)
-        inv_rms_h = _rsqrt(_sum_of_squares(h_new_head32, h_new_tail32, HAS_TAIL) * (1.0 / N_COLS) + eps)
+        inv_rms_h = _rsqrt(_mean_of_squares(h_new_head32, h_new_tail32, N_COLS, HAS_TAIL) + eps)
         tl.store(x_out_ptr + out_offset + head_cols, (h_new_head32 * inv_rms_h * pre_w_head).to(tl.bfloat16))
         if HAS_TAIL:
             x_tail = (h_new_tail32 * inv_rms_h * pre_w_tail).to(tl.bfloat16)

@@ -17,11 +17,17 @@ Numerics (reference_model/ops.py norm_residual_norm, BEAM.md §5), FP32 througho
   h'   = bf16(f32(h) * a + f32(post) * b)                   rounding point 2
   x    = bf16((f32(h') * rsqrt(mean(h'^2) + eps)) * w_pre)  rounding point 3
 - The same operation order as torch: (x * inv_rms) * w, and h*a and post*b rounded separately
-  before the add. LLVM would contract `h*a + post*b` (and the squared sums) into FMAs, which
+  before the add. LLVM would contract `h*a + post*b` into an FMA, which
   torch's separate kernels never do, so the kernel is launched with enable_fp_fusion=False.
-- mean = sum * fl(1/D): torch's CUDA mean multiplies the sum by a float factor 1/D (its CPU mean
-  divides; the two differ by at most an ulp of the mean). The sum itself runs in Triton's tree
-  order, not torch's: that is the 1-ulp budget of the parity policy.
+- mean(x^2) is the correctly rounded FP32 mean of the EXACT sum of squares: x holds BF16 values,
+  so each square is exact in FP32 (as torch's pow(2) leaves it) and the sum of 5120 of them is
+  exact in FP64; the result is the same bits whatever the summation order (warp count, config,
+  GPU or interpreter). torch's FP32 sum depends on its order and misses the correctly rounded
+  value in the last bit on some rows; such a row's inv_rms differs by an ulp, which flips a few
+  BF16 roundings of post. Where h*a and post*b nearly cancel, one flipped post is several ulps
+  of h' (measured against torch's CPU order: 4 such elements in 20 calls at T = 64, 57 in one
+  call at T = 16384). The 1-ulp policy can only admit that through a reference whose reductions
+  are exact (proposed in the report of issue 4); this kernel matches such a reference bit for bit.
 - a = sqrt((n-1)/n), b = 1/sqrt(n) are computed in double on the host exactly as
   ops.residual_coefficients does, then rounded to FP32 when passed to the kernel, which is what
   torch does with a Python float scalar multiplying an FP32 tensor.
@@ -107,13 +113,15 @@ def _row_split(D: int) -> tuple[int, int, bool]:
 
 
 @triton.jit
-def _sum_of_squares(head, tail, HAS_TAIL: tl.constexpr):
-    """Sum over the row, FP32. The head's rows fold onto the tail's columns first (within a thread
-    when one warp row spans WIDTH), so the whole row costs one block-wide reduction, not two."""
-    partial = tl.sum(head * head, axis=0)
+def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr):
+    """mean(x^2) over the row, FP32, from the EXACT sum: x holds BF16 values, whose squares are exact
+    in FP32 and whose sum of a few thousand is exact in FP64, so the result is the correctly rounded
+    mean, whatever the summation order (warps, configs, devices). The head's rows fold onto the
+    tail's columns first, so the whole row costs one block-wide reduction."""
+    partial = tl.sum((head * head).to(tl.float64), axis=0)
     if HAS_TAIL:
-        partial += tail * tail
-    return tl.sum(partial, axis=0)
+        partial += (tail * tail).to(tl.float64)
+    return (tl.sum(partial, axis=0) / N_COLS).to(tl.float32)
 
 
 # cache_results: the winning config is stored in Triton's cache, so later processes on this machine
@@ -167,7 +175,7 @@ def _fuse_norm_kernel(
         h_tail = h_tail.to(tl.float32)
 
     # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1). Masked lanes hold 0.
-    inv_rms_y = _rsqrt(_sum_of_squares(y_head, y_tail, HAS_TAIL) * (1.0 / N_COLS) + eps)
+    inv_rms_y = _rsqrt(_mean_of_squares(y_head, y_tail, N_COLS, HAS_TAIL) + eps)
     post_head = (y_head * inv_rms_y * tl.load(post_w_ptr + head_cols, eviction_policy="evict_last").to(tl.float32)).to(
         tl.bfloat16
     )
@@ -186,7 +194,7 @@ def _fuse_norm_kernel(
     # masked lanes are 0 (y, h and the weight were loaded as 0 there), so they add nothing.
     h_new_head32 = h_new_head.to(tl.float32)
     h_new_tail32 = h_new_tail.to(tl.float32)
-    inv_rms_h = _rsqrt(_sum_of_squares(h_new_head32, h_new_tail32, HAS_TAIL) * (1.0 / N_COLS) + eps)
+    inv_rms_h = _rsqrt(_mean_of_squares(h_new_head32, h_new_tail32, N_COLS, HAS_TAIL) + eps)
     x_head = (
         h_new_head32 * inv_rms_h * tl.load(pre_w_ptr + head_cols, eviction_policy="evict_last").to(tl.float32)
     ).to(tl.bfloat16)

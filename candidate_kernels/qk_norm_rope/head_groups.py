@@ -23,8 +23,15 @@ points:
 - Each product of the rotation is rounded to FP32 before the subtraction/addition, as torch's
   separate kernels do; LLVM would contract `x1*cos - x2*sin` into an FMA, so the kernel is
   launched with enable_fp_fusion=False.
-- mean = (sum of the two halves' squares) * (1/Dh): 1/128 is exact, as torch's CUDA mean factor.
-  The sum runs in Triton's tree order, not torch's: the 1-ulp budget.
+- mean(x^2) per head is the correctly rounded FP32 mean of the EXACT sum of squares: the squares
+  of BF16 values are exact in FP32 (as torch's pow(2) leaves them) and 128 of them sum exactly in
+  FP64, so the bits do not depend on the summation order (config, GPU or interpreter). torch's
+  FP32 sum depends on its order and misses the correctly rounded value in the last bit for some
+  heads; the inv_rms then flips a BF16 rounding of q_n, and where the rotation cancels
+  (x1*cos - x2*sin small) that one flip is several ulps of q' (measured against torch's CPU
+  order: 2 elements in 4 calls at T = 64; emulated at T = 16384: ~100 per call, for any order
+  but torch's own). The 1-ulp policy can only admit that through a reference whose reductions
+  are exact (proposed in the report of issue 4); this kernel matches such a reference bit for bit.
 - rsqrt: libdevice's __nv_rsqrtf on the GPU (what torch's CUDA rsqrt calls); tl.rsqrt under the
   interpreter, which has no libdevice (chosen at import time).
 - The caches receive exactly the returned k' and the input v (converted to the cache's dtype).
@@ -118,8 +125,10 @@ def _norm_and_position(
     w1 = tl.load(w_ptr + d, mask=d_mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     w2 = tl.load(w_ptr + HALF + d, mask=d_mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     # Masked lanes (d >= Dh/2, or heads past the last) hold 0 and add nothing to the sums.
-    sum_sq = tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)
-    inv_rms = _rsqrt(sum_sq * (1.0 / (2 * HALF)) + eps)[:, None]
+    # mean(x^2) from the EXACT sum of squares (BF16 squares are exact in FP32, their sum exact in
+    # FP64): the correctly rounded FP32 mean, the same bits in any summation order.
+    sum_sq = tl.sum((x1 * x1).to(tl.float64), axis=1) + tl.sum((x2 * x2).to(tl.float64), axis=1)
+    inv_rms = _rsqrt((sum_sq / (2 * HALF)).to(tl.float32) + eps)[:, None]
     n1 = (x1 * inv_rms * w1[None, :]).to(tl.bfloat16)
     n2 = (x2 * inv_rms * w2[None, :]).to(tl.bfloat16)
     if IS_ROPE:

@@ -21,8 +21,9 @@ Numerics (reference_model/ops.py qk_norm_rope), identical to head_groups.py:
   sliding: q' = bf16(rope(f32(q_n))), k' = bf16(rope(f32(k_n)))        rounding point 2
   global:  q' = bf16(f32(q_n) * ssmax[pos]), k' = bf16(f32(k_n) * 1) = k_n
 torch's operation order (each rotation product rounded to FP32, then the add: the kernel is
-launched with enable_fp_fusion=False), mean = sum * (1/Dh) (exact for Dh = 128), libdevice rsqrt
-on the GPU (tl.rsqrt under the interpreter). Slot -1: the token's cache writes are skipped.
+launched with enable_fp_fusion=False); mean(x^2) from the exact sum of squares (FP64:
+order-independent, correctly rounded; head_groups.py says why); libdevice rsqrt on the GPU
+(tl.rsqrt under the interpreter). Slot -1: the token's cache writes are skipped.
 
 Launch: grid = T programs; num_warps autotuned per (H, K, Dh, variant, T bucket). The tile is
 [next_pow2(H + K), Dh/2] per half; a half-row of 64 BF16 spans 8 threads, so each head's norm
@@ -68,7 +69,8 @@ else:
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({}, num_warps=4)]
-    return [triton.Config({}, num_warps=w) for w in (2, 4, 8, 16)]
+    # 2 warps would hold 64 elements of the stacked tile per thread: 255 registers and spills.
+    return [triton.Config({}, num_warps=w) for w in (4, 8, 16)]
 
 
 def _rows_bucket(T: int) -> int:
@@ -147,7 +149,10 @@ def _qk_token_kernel(
     kw2 = tl.load(k_w_ptr + HALF + d, mask=d_mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
     w1 = tl.where(is_q[:, None], qw1[None, :], kw1[None, :])
     w2 = tl.where(is_q[:, None], qw2[None, :], kw2[None, :])
-    inv_rms = _rsqrt((tl.sum(x1 * x1, axis=1) + tl.sum(x2 * x2, axis=1)) * (1.0 / HEAD_DIM) + eps)[:, None]
+    # mean(x^2) from the EXACT sum of squares (BF16 squares are exact in FP32, their sum exact in
+    # FP64): the correctly rounded FP32 mean, the same bits in any summation order.
+    sum_sq = tl.sum((x1 * x1).to(tl.float64), axis=1) + tl.sum((x2 * x2).to(tl.float64), axis=1)
+    inv_rms = _rsqrt((sum_sq / HEAD_DIM).to(tl.float32) + eps)[:, None]
     a = (x1 * inv_rms * w1).to(tl.bfloat16).to(tl.float32)
     b = (x2 * inv_rms * w2).to(tl.bfloat16).to(tl.float32)
 
