@@ -49,6 +49,9 @@ COMMANDS: tuple[Command, ...] = (
             "parameter counts, shapes and KV-cache arithmetic of a Beam preset"),
     Command(("model", "check"), "harness.model_cmd", "ModelCheckSettings", "check",
             "run the reference model on a preset and check it end to end"),
+    Command(("profile",), "harness.profile", "ProfileSettings", "main",
+            "model=<preset>: time per op and kernels per layer (PyTorch profiler); "
+            "task=<t> candidate=<c>: Nsight Compute"),
 )  # fmt: skip
 
 

@@ -1,0 +1,454 @@
+"""`harness profile`: the model profile on beam-tiny (CPU profiler), the kernel profile's reading of an
+Nsight Compute report (a stand-in for NVIDIA's ncu_report objects), and bad input. GPU: the model
+profile with CUDA kernels and floors, and one candidate under the real ncu (skipped without it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import importlib.util
+import inspect
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from harness import profile_kernel
+from harness import profile_kernel_records as kr
+from harness.profile import ProfileSettings, main
+from harness.profile_analysis import OP_NAMES
+from harness.profile_model import OP_SHAPES, CallLog, traced_ops
+from harness.profile_summary import no_task_reason
+from reference_model.cache import KVCache, fill_synthetic_context
+from reference_model.config import get_config
+from reference_model.ops import REFERENCE_OPS, ModelOps
+from reference_model.weights import random_model
+from tasks import TASKS, get_task
+from tasks.task import Shape
+
+TINY = get_config("beam-tiny")
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RUN_FILES = ("summary.md", "ops.csv", "ops.md", "sites.csv", "sites.md", "layers.csv", "layers.md", "top_ops.png",
+             "trace.json.gz", "profile.json")  # fmt: skip
+
+
+def _profile(tmp: Path, scenario: str, **extra) -> Path:
+    settings = ProfileSettings(model="beam-tiny", scenario=scenario, device="cpu", warmup=1, steps=2,
+                               out=str(tmp), name=scenario, **extra)  # fmt: skip
+    assert main(settings) == 0
+    return tmp / scenario
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, Path]:
+    out = tmp_path_factory.mktemp("profiles")
+    return {scenario: _profile(out, scenario) for scenario in ("decode", "prefill")}
+
+
+def _table(run: Path, name: str) -> pd.DataFrame:
+    """A written CSV table: empty text cells as "", empty numbers as NaN."""
+    frame = pd.read_csv(run / f"{name}.csv")
+    text = [c for c in ("task", "site", "attention", "ffn") if c in frame.columns]
+    return frame.fillna(dict.fromkeys(text, ""))
+
+
+def _expected_calls(scenario: str) -> dict[str, int]:
+    """Calls per step of each ModelOps op, from the config alone (the unpacked reference model)."""
+    seqs = 1 if scenario == "decode" else 2  # the small scenario sizes
+    n_moe = sum(TINY.is_moe(layer) for layer in range(TINY.n_layers))
+    n_dense = TINY.n_layers - n_moe
+    return {
+        "rms_norm": 1, "norm_residual_norm": 2 * TINY.n_layers, "qk_norm_rope": TINY.n_layers,
+        "attention": TINY.n_layers * seqs, "output_gate": TINY.n_layers, "linear": 5 * TINY.n_layers + 3 * n_dense,
+        "swiglu": n_dense, "router_logits": n_moe, "moe_route": n_moe, "moe_experts": n_moe, "lm_head_logits": 1,
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("scenario", ["decode", "prefill"])
+def test_model_profile_writes_every_artifact(runs, scenario):
+    run = runs[scenario]
+    assert sorted(p.name for p in run.iterdir()) == sorted(RUN_FILES)
+    assert (run / "top_ops.png").read_bytes()[:8] == PNG_MAGIC
+    with gzip.open(run / "trace.json.gz", "rt") as f:
+        trace = json.load(f)
+    names = {e.get("name") for e in trace["traceEvents"]}
+    assert {"profile.step", "L0.attention", "L5.moe", "lm_head"} <= names
+    assert set(_expected_calls(scenario)) <= names  # every op that ran has its named range
+    meta = json.loads((run / "profile.json").read_text())
+    assert meta["not_called"] == ["qkv_gate_proj"]  # the reference model runs unpacked projections
+    assert meta["step"]["time_basis"] == "cpu" and meta["steps"] == 2
+
+
+@pytest.mark.parametrize("scenario", ["decode", "prefill"])
+def test_op_table_counts_every_call_and_shares_add_up(runs, scenario):
+    ops = _table(runs[scenario], "ops")
+    expected = _expected_calls(scenario)
+    assert set(ops["op"]) == set(expected) == OP_NAMES - {"qkv_gate_proj"}
+    assert dict(zip(ops["op"], ops["calls_per_step"], strict=True)) == pytest.approx(expected)
+    assert ops["share_pct"].sum() == pytest.approx(100.0, abs=1e-6)
+    assert list(ops["time_per_step_us"]) == sorted(ops["time_per_step_us"], reverse=True)
+    assert (ops["kernels_per_step"] > 0).all()
+    step = json.loads((runs[scenario] / "profile.json").read_text())["step"]
+    assert ops["kernels_per_step"].sum() <= step["kernels"]
+    assert ops["time_per_step_us"].sum() / 1e3 == pytest.approx(step["ops_ms"])
+    assert step["ops_ms"] <= step["device_ms"]
+
+
+@pytest.mark.parametrize("scenario", ["decode", "prefill"])
+def test_task_costs_use_the_calls_actual_shape(runs, scenario):
+    ops = _table(runs[scenario], "ops").set_index("op")
+    T = 1 if scenario == "decode" else 2 * 16
+    norm = get_task("fuse_norm").cost(Shape("", {"T": T, "D": TINY.hidden}))
+    assert ops.loc["norm_residual_norm", "task"] == "fuse_norm"
+    assert ops.loc["norm_residual_norm", "bytes_per_step"] == 2 * TINY.n_layers * norm.bytes
+    assert ops.loc["norm_residual_norm", "flops_per_step"] == 2 * TINY.n_layers * norm.flops
+    router = get_task("router_gemm").cost(Shape("", {"T": T, "D": TINY.hidden, "E": TINY.n_experts}))
+    assert ops.loc["router_logits", "bytes_per_step"] == 3 * router.bytes
+    # the four unpacked projections are what qkv_gate_gemm packs; o_proj and the MLP have no task
+    assert ops.loc["linear", "task"] == "qkv_gate_gemm"
+    assert 0 < ops.loc["linear", "task_time_pct"] < 100
+    assert ops.loc["attention", "task"] == "" and pd.isna(ops.loc["attention", "bytes_per_step"])
+    assert ops["floor_fraction"].isna().all()  # no roofline on CPU
+    sites = _table(runs[scenario], "sites")
+    linear = sites[sites["op"] == "linear"].set_index("site")
+    assert set(linear.index) == {f"attention.{w}" for w in ("wq", "wk", "wv", "wg", "wo")} | {
+        f"mlp.{w}" for w in ("w_gate", "w_up", "w_down")}  # fmt: skip
+    assert set(linear[linear["task"] == "qkv_gate_gemm"].index) == {f"attention.{w}" for w in ("wq", "wk", "wv", "wg")}
+    assert sites["share_pct"].sum() == pytest.approx(100.0, abs=1e-6)
+
+
+def test_kernels_per_layer(runs):
+    layers = _table(runs["decode"], "layers")
+    assert list(layers["part"]) == ["embedding", *[f"L{i}" for i in range(TINY.n_layers)], "lm_head"]
+    assert (layers["kernels_per_step"] > 0).all()
+    body = layers[layers["layer"].notna()]
+    assert list(body["attention"]) == ["global" if TINY.is_global(i) else "sliding" for i in range(TINY.n_layers)]
+    assert list(body["ffn"]) == ["moe" if TINY.is_moe(i) else "dense" for i in range(TINY.n_layers)]
+    assert (body["attention_kernels"] + body["ffn_kernels"] == body["kernels_per_step"]).all()
+    # a sublayer's kernels include the norm boundary after it; all layers' together stay within the step
+    step = json.loads((runs["decode"] / "profile.json").read_text())["step"]
+    assert layers["kernels_per_step"].sum() <= step["kernels"]
+
+
+def test_summary_names_the_dominating_ops_and_their_tasks(runs):
+    for run in runs.values():
+        summary = (run / "summary.md").read_text()
+        ops = _table(run, "ops")
+        assert "python -m harness profile model=beam-tiny" in summary
+        ranking = summary.split("## Which ops dominate")[1].split("## Ops")[0]
+        bullets = [line for line in ranking.splitlines() if line.startswith("- `")]
+        assert [b.split("`")[1] for b in bullets] == list(ops["op"].head(12))  # in the measured order
+        for bullet, (_, row) in zip(bullets, ops.iterrows(), strict=False):
+            assert f"{row['share_pct']:.1f}%" in bullet
+            if row["task"]:
+                assert f"task `{row['task']}`" in bullet
+            else:
+                assert no_task_reason(row["op"]) in bullet
+
+
+def test_traced_ops_name_every_op_and_change_nothing():
+    log = CallLog()
+    traced = traced_ops(REFERENCE_OPS, log)
+    model_ref, model_traced = random_model(TINY, 0), random_model(TINY, 0, ops=traced)
+    log.know_weights(model_traced)
+    logits = []
+    for model in (model_ref, model_traced):
+        cache = KVCache(TINY, 1, 40, "cpu")
+        fill_synthetic_context(cache, model, 20, seed=1)
+        logits.append(model.decode(cache, torch.tensor([5])))
+    assert torch.equal(logits[0], logits[1])  # wrapping changes no bit
+    log.recording = True
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        traced.output_gate(torch.zeros(1, 2, 4, dtype=torch.bfloat16), torch.zeros(1, 2, 4, dtype=torch.bfloat16),
+                           model_traced.layers[0].attention.gate_bias[:2].clone())  # fmt: skip
+    assert [c.op for c in log.calls] == ["output_gate"] and log.calls[0].task == "output_gate"
+    assert "output_gate" in {e.name for e in prof.events()}
+    assert {f.name for f in dataclasses.fields(ModelOps)} == OP_NAMES
+
+
+# ---- bad input -----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (dict(model="beam-tiny", scenario="decoding"), "scenario 'decoding' unknown; known: ['decode', 'prefill']"),
+        (dict(model="beam-huge"), "preset 'beam-huge' unknown; known:"),
+        (dict(model="beam"), "exists only on the meta device"),
+        (dict(model="beam-tiny", context=5000), "exceed the max_positions=4096 of preset 'beam-tiny'"),
+        (dict(model="beam-tiny", new_tokens=4), "decode adds one token per sequence"),
+        (dict(model="beam-tiny", ops="fastest"), "ops 'fastest' unknown; known: ['reference', 'optimized']"),
+        (dict(task="fuse_nrom", candidate="x"), "task 'fuse_nrom' unknown; known: ["),
+        (dict(task="fuse_norm", candidate="no_such_kernel"), "candidate 'no_such_kernel' not found for task"),
+        (dict(task="fuse_norm", candidate="{candidate}", shapes=("T=2",)), "no GPU shapes ['T=2']; known: ['T=1'"),
+        (dict(task="fuse_norm", candidate="{candidate}", ncu="/no/such/ncu"), "ncu='/no/such/ncu' is not an exec"),
+    ],
+)
+def test_bad_input_is_named(settings, message, tmp_path, capsys, candidate_file):
+    settings = {k: (v.format(candidate=candidate_file) if isinstance(v, str) else v) for k, v in settings.items()}
+    assert main(ProfileSettings(device="cpu" if "model" in settings else "auto", out=str(tmp_path), **settings)) == 1
+    assert message in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.skipif(importlib.util.find_spec("harness.optimized_model") is not None, reason="optimized_model exists")
+def test_optimized_ops_without_the_optimized_model_say_so(tmp_path, capsys):
+    assert main(ProfileSettings(model="beam-tiny", ops="optimized", device="cpu", out=str(tmp_path))) == 1
+    assert "ops=optimized needs harness.optimized_model" in capsys.readouterr().err
+
+
+def test_settings_refuse_mixed_or_missing_targets(tmp_path):
+    with pytest.raises(ValueError, match="exactly one of model=<preset>"):
+        ProfileSettings()
+    with pytest.raises(ValueError, match="exactly one of model=<preset>"):
+        ProfileSettings(model="beam-tiny", task="fuse_norm", candidate="x")
+    with pytest.raises(ValueError, match="needs candidate=<name>"):
+        ProfileSettings(task="fuse_norm")
+    with pytest.raises(ValueError, match="steps must be >= 1"):
+        ProfileSettings(model="beam-tiny", steps=0)
+
+
+def test_existing_run_name_is_never_overwritten(tmp_path, capsys):
+    (tmp_path / "taken").mkdir()
+    assert main(ProfileSettings(model="beam-tiny", device="cpu", out=str(tmp_path), name="taken")) == 1
+    assert "profiles are never overwritten" in capsys.readouterr().err
+
+
+# ---- the kernel profile ----------------------------------------------------------------------------
+CANDIDATE_SOURCE = """
+CANDIDATE = {"author": "human", "model": None, "parent": None, "idea": "test stand-in"}
+
+
+def norm_residual_norm(y_TD, h_TD, post_weight_D, pre_weight_D, n, eps):
+    raise NotImplementedError
+"""
+
+
+@pytest.fixture
+def candidate_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("candidates") / "stand_in.py"
+    path.write_text(CANDIDATE_SOURCE)
+    return str(path)
+
+
+def test_kernel_profile_without_ncu_says_so_and_writes_nothing(tmp_path, capsys, monkeypatch, candidate_file):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr(profile_kernel, "NCU_FALLBACKS", ())
+    results = tmp_path / "results"
+    settings = ProfileSettings(task="fuse_norm", candidate=candidate_file, results_dir=str(results))
+    assert main(settings) == 0
+    out = capsys.readouterr().out
+    assert "kernel profile of fuse_norm/stand_in skipped" in out and "ncu not found" in out
+    if not torch.cuda.is_available():
+        assert "no CUDA GPU here" in out
+    assert "Nothing was written" in out and not results.exists()
+
+
+class _Metric:
+    def __init__(self, value, unit):
+        self._value, self._unit = value, unit
+
+    def value(self):
+        return self._value
+
+    def unit(self):
+        return self._unit
+
+
+class _Domain:
+    def __init__(self, ranges):
+        self._ranges = ranges
+
+    def push_pop_ranges(self):
+        return self._ranges
+
+
+class _Nvtx:
+    def __init__(self, ranges):
+        self._domains = {0: _Domain(ranges)}
+
+    def domains(self):
+        return list(self._domains)
+
+    def domain_by_id(self, i):
+        return self._domains[i]
+
+
+class _Action:
+    """Stands in for ncu_report.IAction: a name, metrics with units, an NVTX state."""
+
+    def __init__(self, name, ranges, metrics):
+        self._name, self._nvtx, self._metrics = name, _Nvtx(ranges) if ranges is not None else None, metrics
+
+    def name(self):
+        return self._name
+
+    def nvtx_state(self):
+        return self._nvtx
+
+    def metric_by_name(self, name):
+        return self._metrics.get(name)
+
+
+class _Report:
+    def __init__(self, actions):
+        self._actions = actions
+
+    def num_ranges(self):
+        return 1
+
+    def range_by_idx(self, _):
+        return self
+
+    def num_actions(self):
+        return len(self._actions)
+
+    def action_by_idx(self, i):
+        return self._actions[i]
+
+
+def _metrics(duration, dram_pct, occupancy, regs, local_ld, dram_read, duration_unit="nsecond"):
+    return {
+        "gpu__time_duration.sum": _Metric(duration, duration_unit),
+        "dram__throughput.avg.pct_of_peak_sustained_elapsed": _Metric(dram_pct, "%"),
+        "sm__warps_active.avg.pct_of_peak_sustained_active": _Metric(occupancy, "%"),
+        "launch__registers_per_thread": _Metric(regs, "register/thread"),
+        "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": _Metric(local_ld, "byte"),
+        "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum": _Metric(0, "byte"),
+        "dram__bytes_read.sum": _Metric(dram_read, "Kbyte"),
+        "dram__bytes_write.sum": _Metric(1, "Kbyte"),
+        "launch__block_size": _Metric(128, ""),
+    }
+
+
+def test_report_reading_assigns_kernels_to_shapes_and_weighs_them():
+    prefix = kr.RANGE_PREFIX
+    report = _Report([
+        _Action("warmup_kernel", [], _metrics(1, 1, 1, 1, 0, 1)),
+        _Action("_fused", ["outer", prefix + "T=1"], _metrics(3000, 20.0, 50.0, 40, 0, 10)),
+        _Action("_tail", [prefix + "T=1"], _metrics(1.0, 80.0, 25.0, 96, 64, 30, duration_unit="usecond")),
+        _Action("_fused", [prefix + "T=16384"], _metrics(200_000, 90.0, 70.0, 40, 0, 600_000)),
+        _Action("no_nvtx", None, _metrics(1, 1, 1, 1, 0, 1)),
+    ])  # fmt: skip
+    per_shape, stray = kr.read_report(type("M", (), {"load_report": staticmethod(lambda _: report)}),
+                                                  Path("x.ncu-rep"))  # fmt: skip
+    assert stray == ["warmup_kernel", "no_nvtx"]
+    assert [k["name"] for k in per_shape["T=1"]] == ["_fused", "_tail"]
+    assert per_shape["T=1"][1]["duration_ns"] == 1000.0 and per_shape["T=1"][0]["dram_read_bytes"] == 10_000.0
+    assert per_shape["T=1"][0]["theoretical_occupancy_pct"] is None  # a metric the report lacks stays None
+    task = get_task("fuse_norm")
+    shape = task.shape("T=1", "cuda")
+    compiled = [  # autotuning compiled _tail twice: the launch's registers tell which one ran
+        {"name": "_fused", "n_regs": 40, "n_spills": 0, "num_warps": 4},
+        {"name": "_tail", "n_regs": 96, "n_spills": 3, "num_warps": 4},
+        {"name": "_tail", "n_regs": 255, "n_spills": 40, "num_warps": 4},
+    ]
+    fig = kr.shape_figures(per_shape["T=1"], compiled, task, shape, copy_gbps=4000.0, gemm_tflops=None)
+    assert fig["duration_us"] == pytest.approx(4.0)
+    assert fig["dram_throughput_pct"] == pytest.approx((20.0 * 3000 + 80.0 * 1000) / 4000)
+    assert fig["achieved_occupancy_pct"] == pytest.approx((50.0 * 3000 + 25.0 * 1000) / 4000)
+    assert fig["registers_per_thread"] == 96 and fig["spill_bytes"] == 64 and fig["triton_spills"] == 3
+    assert fig["dram_bytes"] == pytest.approx(10_000 + 1000 + 30_000 + 1000)
+    cost = task.cost(shape)
+    assert fig["floor_bytes"] == cost.bytes
+    assert fig["floor_fraction"] == pytest.approx(cost.bytes / 4000e3 / 4.0)
+    record = kr.KernelProfileRecord(
+        run_id="r", task=task.name, candidate="c", candidate_hash="a" * 64, candidate_path="p", shape_label="T=1",
+        shape=dict(shape.params), status="profiled", detail="", kernels=per_shape["T=1"], **fig,
+    )  # fmt: skip
+    section = kr.kernel_profile_section([record.to_dict()])
+    assert "| c | T=1 | profiled | 2 | 4.0 |" in section
+    with pytest.raises(ValueError, match="needs its kernels"):
+        dataclasses.replace(record, kernels=[])
+    with pytest.raises(ValueError, match="non-finite"):
+        dataclasses.replace(record, floor_us=float("nan"))
+    with pytest.raises(ValueError, match="needs a detail"):
+        dataclasses.replace(record, status="crash")
+
+
+def _child_run(events, returncode=0, timed_out=False):
+    from harness.sandbox import ChildRun
+
+    return ChildRun(returncode, timed_out, 1.0, events, "")
+
+
+def test_shape_statuses_turn_the_childs_end_into_data():
+    labels = ["T=1", "T=8", "T=64"]
+    iso = {"event": "isolation", "layers": {}}
+    crashed = _child_run([iso, {"event": "shape_start", "shape": "T=1"}, {"event": "profiled", "shape": "T=1"},
+                          {"event": "shape_start", "shape": "T=8"}], returncode=-11)  # fmt: skip
+    assert kr.shape_statuses(crashed, labels, 60) == {
+        "T=1": ("profiled", ""), "T=8": ("crash", "the child died (SIGSEGV) without reporting"),
+        "T=64": ("not_run", "not run: the child stopped earlier (crash)"),
+    }  # fmt: skip
+    hung = _child_run([iso, {"event": "shape_start", "shape": "T=1"}], returncode=None, timed_out=True)
+    assert kr.shape_statuses(hung, labels, 60)["T=1"] == ("timeout", "killed after 60 s (timeout_s)")
+    failed_import = _child_run([iso, {"event": "import_error", "status": "import_error", "message": "boom",
+                                      "violations": []}])  # fmt: skip
+    assert set(kr.shape_statuses(failed_import, labels, 60).values()) == {("import_error", "boom")}
+    errored = _child_run([iso, {"event": "call_error", "shape": "T=8", "status": "runtime_error", "message": "bad"},
+                          {"event": "done", "violations": ["network: socket.connect"]}])  # fmt: skip
+    assert kr.shape_statuses(errored, labels, 60)["T=1"][0] == "sandbox_violation"
+
+
+# ---- GPU --------------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_model_profile_on_cuda_counts_kernels_and_floors(tmp_path):
+    settings = ProfileSettings(model="beam-tiny", device="cuda", warmup=1, steps=2, out=str(tmp_path), name="gpu")
+    assert main(settings) == 0
+    ops = _table(tmp_path / "gpu", "ops").set_index("op")
+    step = json.loads((tmp_path / "gpu" / "profile.json").read_text())["step"]
+    assert step["time_basis"] == "gpu kernels" and 0 < step["gpu_busy"] <= 1.0
+    assert (ops["kernels_per_step"] >= 1).all()
+    assert 0 < ops.loc["norm_residual_norm", "floor_fraction"] < 1.5
+
+
+@pytest.mark.gpu
+def test_kernel_profile_of_a_candidate_under_ncu(tmp_path):
+    if profile_kernel.find_ncu(None) is None:
+        pytest.skip("Nsight Compute (ncu) not installed")
+    settings = ProfileSettings(task="fuse_norm", candidate="row_per_program", shapes=("T=1", "T=16384"),
+                               results_dir=str(tmp_path), cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    assert main(settings) == 0
+    found, skipped = kr.load_profiles(tmp_path, "fuse_norm")
+    assert not skipped and [r.shape_label for r in found] == ["T=1", "T=16384"]
+    for r in found:
+        assert r.status == "profiled", r.detail
+        assert r.duration_us > 0 and 0 < r.dram_throughput_pct <= 100 and 0 < r.achieved_occupancy_pct <= 100
+        assert r.registers_per_thread > 0 and r.spill_bytes is not None and r.floor_fraction > 0
+        assert (tmp_path / r.ncu_report).is_file()
+
+
+@pytest.mark.parametrize("task_name", sorted(TASKS))
+def test_every_task_op_is_costed_at_its_calls_shape(task_name):
+    """The model profile reads each task's shape from the op's own arguments: on the task's own inputs,
+    that must give the task's Cost at the task's shape."""
+    task = TASKS[task_name]
+    if task.op_name not in OP_NAMES:
+        pytest.skip(f"{task.op_name} is not a ModelOps op")
+    shape = task.cpu_shapes[0]
+    args = inspect.signature(task.reference).bind(**task.make_inputs(shape, 0, torch.device("cpu"))).arguments
+    assert task.op_name in OP_SHAPES, f"profile_model.OP_SHAPES has no entry for {task.op_name}"
+    params = OP_SHAPES[task.op_name](args)
+    assert task.cost(Shape("from the call", params)) == task.cost(shape)
+
+
+def test_metrics_unknown_to_this_ncu_are_dropped_not_fatal():
+    query = """Device NVIDIA H200 (GH100)
+    ----------------------------------------- ------------------------------
+    Metric Name                               Metric Description
+    dram__bytes_read                          # of bytes read from DRAM
+    dram__bytes_write                         # of bytes written to DRAM
+    dram__throughput                          DRAM throughput
+    gpu__time_duration                        total duration in nanoseconds
+    l1tex__t_bytes_pipe_lsu_mem_local_op_ld   # of bytes requested for local loads
+    sm__throughput                            SM throughput
+    sm__warps_active                          cumulative # of warps in flight
+    sm__maximum_warps_per_active_cycle_pct    theoretical occupancy
+    """
+    usable, missing = profile_kernel.usable_metrics(query)
+    # the local-store metric's family is listed without it; the launch__ family is not listed at all
+    assert missing == ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"]
+    assert usable == [m for m in kr.METRICS if m not in missing]
+    assert profile_kernel.usable_metrics("") == (list(kr.METRICS), [])  # a failed query: ask for everything
