@@ -50,7 +50,8 @@ from harness import sandbox
 
 POISON_WORD = 0x7FA1  # as int16: NaN in BF16 and FP16; 0x7FA17FA1 is NaN in FP32
 POISON_COPIES = 8  # same-size buffers poisoned per input size (malloc and the caching allocator reuse them)
-POISON_BIG_BYTES = 256 << 20  # on CUDA: one large block for the allocator to split
+POISON_COPY_MAX_BYTES = 64 << 20  # larger inputs (expert weights) get no copies: the big block covers them
+POISON_BIG_BYTES = (256 << 20, 2 << 30)  # on CUDA: one block, 2x the largest input within these bounds
 
 
 class Reporter:
@@ -158,15 +159,23 @@ def _poison(torch, device, inputs: dict[str, Any]) -> None:
     sizes = sorted({v.numel() * v.element_size() for v in inputs.values() if isinstance(v, torch.Tensor)})
     buffers = []
     if device.type == "cuda":
-        total = sum(sizes)
-        buffers.append(torch.full((max(POISON_BIG_BYTES, 2 * total) // 2,), POISON_WORD, dtype=torch.int16,
-                                  device=device))  # fmt: skip
+        low, high = POISON_BIG_BYTES
+        big = min(max(low, 2 * max(sizes, default=0)), high)
+        buffers.append(torch.full((big // 2,), POISON_WORD, dtype=torch.int16, device=device))
     for nbytes in sizes:
-        for _ in range(POISON_COPIES):
-            buffers.append(torch.full(((nbytes + 1) // 2,), POISON_WORD, dtype=torch.int16, device=device))
+        if nbytes <= POISON_COPY_MAX_BYTES:
+            for _ in range(POISON_COPIES):
+                buffers.append(torch.full(((nbytes + 1) // 2,), POISON_WORD, dtype=torch.int16, device=device))
     if device.type == "cuda":
         torch.cuda.synchronize()
     del buffers
+
+
+def _items(returned: Any) -> list[Any]:
+    """What a launcher returned, as a list of outputs (None: an op that only writes its inputs)."""
+    if returned is None:
+        return []
+    return list(returned) if isinstance(returned, tuple | list) else [returned]
 
 
 def _storage_ptr(t) -> int:
@@ -206,7 +215,7 @@ def checked_call(torch, task, launcher, inputs, device, settle_s, earlier_ptrs, 
         returned = launcher(**inputs)
     new_threads = [t for t in threading.enumerate() if t not in threads_before and t.is_alive()]
     cheats: list[str] = []
-    items = list(returned) if isinstance(returned, tuple | list) else [returned]
+    items = _items(returned)
     tensors = [t for t in items if type(t) is torch.Tensor]
     for i, t in enumerate(items):
         if type(t) is not torch.Tensor:
@@ -246,6 +255,18 @@ def checked_call(torch, task, launcher, inputs, device, settle_s, earlier_ptrs, 
     return returned, cheats
 
 
+def _save_outputs(torch, task, returned, inputs, out_dir: Path, stem: str) -> dict[str, Any]:
+    """The returned tensors, then the mutated inputs, saved on the host for the parent to judge."""
+    items = _items(returned)
+    if not all(type(t) is torch.Tensor for t in items):
+        return {"file": None}  # non_tensor_output is already among the cheats
+    outputs = items + [inputs[name] for name in task.mutated]
+    path = out_dir / (stem.replace("/", "_").replace(" ", "_") + ".pt")
+    torch.save({str(i): t.detach().to("cpu") for i, t in enumerate(outputs)}, path)
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    return {"file": path.name, "sha256": digest, "n_outputs": len(outputs)}
+
+
 def parity_loop(torch, request, task, fn, impl, report, monitor, guard, keep_alive, watch_fallback) -> None:
     """Every shape and seed through `checked_call`; outputs saved for the parent to judge."""
     device = torch.device(request["device"])
@@ -261,6 +282,7 @@ def parity_loop(torch, request, task, fn, impl, report, monitor, guard, keep_ali
             try:
                 returned, cheats = checked_call(torch, task, fn, inputs, device, request["settle_s"], earlier_ptrs,
                                                 guard, watch_fallback)  # fmt: skip
+                file_info = _save_outputs(torch, task, returned, inputs, out_dir, f"{impl}-{shape_label}-{seed}")
             except BaseException as e:  # the implementation's failure is data: recorded, the next shape runs
                 status = _classify(e)
                 report.emit("call_error", impl=impl, shape=shape_label, seed=seed, status=status,
@@ -269,15 +291,8 @@ def parity_loop(torch, request, task, fn, impl, report, monitor, guard, keep_ali
                 if status == "cuda_fault":
                     return  # the CUDA context is dead: nothing more can run in this process
                 break  # the remaining seeds of this shape would fail alike
-            items = list(returned) if isinstance(returned, tuple | list) else ([] if returned is None else [returned])
-            file_info: dict[str, Any] = {"file": None}
-            if all(type(t) is torch.Tensor for t in items):
-                outputs = items + [inputs[name] for name in task.mutated]
-                path = out_dir / f"{impl}-{shape_label}-{seed}.pt".replace("/", "_").replace(" ", "_")
-                torch.save({str(i): t.detach().to("cpu") for i, t in enumerate(outputs)}, path)
-                digest = hashlib.sha256(path.read_bytes()).hexdigest()
-                file_info = {"file": path.name, "sha256": digest, "n_outputs": len(outputs)}
-                for i, t in enumerate(items):
+            if file_info["file"] is not None:
+                for i, t in enumerate(_items(returned)):
                     earlier_ptrs.setdefault(_storage_ptr(t), f"shape {shape_label} seed {seed} output {i}")
             keep_alive.append(returned)  # alive, so that a new allocation cannot reuse an earlier output's storage
             report.emit("call", impl=impl, shape=shape_label, seed=seed, cheats=cheats, violations=violations(),
@@ -341,6 +356,8 @@ def baseline_impls(task, torch, names: list[str], report) -> dict[str, Any]:
                 impls[name] = task.baselines[name]()
             except BaselineUnavailable as e:
                 report.emit("baseline_unavailable", impl=name, message=str(e)[:1000])
+            except Exception as e:  # a library that fails to load: recorded against it, the rest goes on
+                report.emit("baseline_error", impl=name, message=f"{type(e).__name__}: {e}"[:1000])
     return impls
 
 
@@ -364,7 +381,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     impls = baseline_impls(task, torch, request["baselines"], report)
     if mode == "baselines":  # trusted: no candidate code in this process
         report.emit("isolation", layers=layers)
-        guard = snapshot_identities(sys.modules[task.make_inputs.__module__])
+        guard: dict = {}  # trusted code: torch.compile may rebind torch functions as it traces, legitimately
         for name, fn in impls.items():
             if name != "reference":
                 parity_loop(torch, request, task, fn, name, report, None, guard, keep_alive, watch_fallback=False)
@@ -373,6 +390,8 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         report.emit("done", violations=[])
         return
     if mode == "bench":  # compile and warm the baselines before the watched identities are taken
+        from harness import bench  # noqa: F401  (binds the timing functions before any candidate code)
+
         for shape_label in request["shapes"]:
             inputs = task.make_inputs(task.shape(shape_label, device), request["bench_seed"], device)
             for name in list(impls):

@@ -120,6 +120,8 @@ def format_run(result: runner.RunResult) -> str:
             row["floor"] = f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else "-"
             row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash))
             rows.append(row)
+        if not any(r.timing for r in records if r.shape_label == label):  # CPU: no timing columns
+            rows = [{k: v for k, v in row.items() if not k.startswith(("p50", "vs ", "floor"))} for row in rows]
         r0 = next(r for r in records if r.shape_label == label)
         lines.append(f"\n== {r0.task} | {label} | {r0.device}, {r0.policy} policy, seeds {r0.seeds} ==")
         lines.append(pd.DataFrame(rows).to_string(index=False))
@@ -181,6 +183,7 @@ def format_results(task: str, results_dir, last: int) -> str:
                 "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor", "run_id": "run"}  # fmt: skip
         present = {k: v for k, v in cols.items() if k in latest.columns}
         view = latest[list(present)].rename(columns=present).sort_values(["shape", "implementation"])
+        view = view.astype(object).where(view.notna(), "-")
         lines += ["\nLatest record per implementation and shape:", view.to_string(index=False, na_rep="-")]
     for problem in skipped_runs + skipped:
         lines.append(f"warning: {problem}")

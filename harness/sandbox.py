@@ -116,6 +116,9 @@ def drop_target() -> tuple[int, int] | str:
         blocked = _first_unreadable(needed)
         if blocked is not None:
             return f"unavailable: {blocked} is not readable by {SANDBOX_USER!r} (needed: {needed})"
+    for device in sorted(Path("/dev").glob("nvidia*")):  # the GPU must stay usable after the drop
+        if stat.S_ISCHR(device.stat().st_mode) and device.stat().st_mode & 0o006 != 0o006:
+            return f"unavailable: {device} is not readable and writable by others (mode {device.stat().st_mode:o})"
     return pw.pw_uid, pw.pw_gid
 
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import signal
-import subprocess
-import sys
-import textwrap
 import time
 
 import pytest
@@ -92,21 +90,16 @@ def test_a_torn_last_line_is_skipped_and_the_next_append_starts_fresh(tmp_path):
     assert len(skipped) == 1 and "corrupt line" in skipped[0]
 
 
-_WRITER = textwrap.dedent(
-    """
-    import sys
-    from harness.records import append
-    from tests.test_records import _record
-    path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def _write_many(path, tag: str, n: int) -> None:
     for i in range(n):
-        append(__import__("pathlib").Path(path), _record(implementation=f"{tag}-{i}", log_tail="x" * 200_000))
-    """
-)
+        append(path, _record(implementation=f"{tag}-{i}", log_tail="x" * 200_000))
 
 
-def _spawn_writer(path, tag: str, n: int) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": os.getcwd()}
-    return subprocess.Popen([sys.executable, "-c", _WRITER, str(path), tag, str(n)], env=env)
+def _spawn_writer(path, tag: str, n: int):
+    """A separate process appending n records of ~200 KB (forked: no second interpreter start-up)."""
+    process = multiprocessing.get_context("fork").Process(target=_write_many, args=(path, tag, n))
+    process.start()
+    return process
 
 
 def test_a_writer_killed_mid_way_leaves_every_earlier_record_intact(tmp_path):
@@ -115,8 +108,8 @@ def test_a_writer_killed_mid_way_leaves_every_earlier_record_intact(tmp_path):
     deadline = time.monotonic() + 60
     while (not path.exists() or path.stat().st_size < 2_000_000) and time.monotonic() < deadline:
         time.sleep(0.01)
-    writer.send_signal(signal.SIGKILL)
-    writer.wait()
+    os.kill(writer.pid, signal.SIGKILL)
+    writer.join()
     result = read_lines(path)
     assert len(result.rows) >= 5
     assert [r["implementation"] for r in result.rows] == [f"killed-{i}" for i in range(len(result.rows))]
@@ -126,7 +119,9 @@ def test_a_writer_killed_mid_way_leaves_every_earlier_record_intact(tmp_path):
 def test_concurrent_appends_never_interleave(tmp_path):
     path = tmp_path / RECORDS_FILE
     writers = [_spawn_writer(path, f"w{k}", 25) for k in range(4)]
-    assert [w.wait() for w in writers] == [0, 0, 0, 0]
+    for w in writers:
+        w.join()
+    assert [w.exitcode for w in writers] == [0, 0, 0, 0]
     result = read_lines(path)
     assert result.skipped == []
     assert len(result.rows) == 100
@@ -140,8 +135,9 @@ def test_readers_see_whole_lines_while_a_writer_appends(tmp_path):
     path = tmp_path / RECORDS_FILE
     writer = _spawn_writer(path, "live", 40)
     seen = []
-    while writer.poll() is None:
+    while writer.is_alive():
         result = read_lines(path)
         assert result.skipped == []
         seen.append(len(result.rows))
-    assert writer.wait() == 0 and seen == sorted(seen)
+    writer.join()
+    assert writer.exitcode == 0 and seen == sorted(seen)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import promote, sandbox
+from harness import bench, parity, promote, sandbox
 from harness.environment import REPO_ROOT
 from harness.records import (
     PROMOTIONS_FILE,
@@ -253,3 +253,132 @@ def test_no_promotion_from_a_cpu_run():
                     speedups={}, timing_skipped="no CUDA GPU") for s in SHAPES]  # fmt: skip
     record, _, reason = promote.decide(records, SHAPES, None, ENV)
     assert record is None and reason == "no promotion without GPU timings"
+
+
+# ---- the benchmark's methodology, with fake windows (the device parts run on the GPU below) -----------
+def test_quantiles_floor_and_rotations():
+    assert bench.quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.5) == 3.0
+    assert bench.quantile([1.0, 2.0, 3.0, 4.0, 5.0], 0.2) == pytest.approx(1.8)
+    # 41 KB at 4275 GB/s; a GEMM-bound shape takes the compute side
+    assert bench.floor_us(40_980, 0, 4275.0, None) == pytest.approx(40_980 / 4275e3)
+    assert bench.floor_us(1_000, 2 * 10**12, 4275.0, 700.0) == pytest.approx(2e12 / 700e6)
+    settings = bench.BenchSettings()
+    l2 = 60 << 20
+    assert bench.rotation_count(40_000, l2, settings) == settings.rotations_max  # tiny sets: capped
+    assert bench.rotation_count(10 << 20, l2, settings) == 12  # cover 2x the L2
+    assert bench.rotation_count(700 << 20, l2, settings) == 1  # a set larger than the L2: no rotation needed
+
+
+def test_timers_are_sampled_round_robin_and_a_failing_one_is_dropped(monkeypatch):
+    monkeypatch.setattr(bench, "_synchronize", lambda: None)  # no device here
+    order: list[str] = []
+
+    def window(name: str, us: float, fail_after: int | None = None):
+        calls = [0]
+
+        def run() -> float:
+            calls[0] += 1
+            order.append(name)
+            if fail_after is not None and calls[0] > fail_after:
+                raise RuntimeError(f"{name} broke")
+            return us + calls[0] % 3 * 0.1
+
+        return bench._Timer(name, run, "cuda_graph", 100)
+
+    timers = [window("a", 2.0), window("b", 5.0), window("c", 1.0, fail_after=5)]
+    settings = bench.BenchSettings(warmup_windows=2, samples=12, min_samples=10)
+    results = bench.time_interleaved(timers, settings)
+    assert results["c"] == "RuntimeError: c broke"
+    a, b = results["a"], results["b"]
+    assert a.samples == b.samples == 12 and a.method == "cuda_graph" and a.calls_per_window == 100
+    assert 2.0 <= a.p20_us <= a.p50_us <= a.p80_us <= 2.2 and b.p50_us > a.p50_us
+    sampled = order[2 * 3 :]  # after the warm-up windows, each round starts one implementation later
+    assert sampled[:3] == ["a", "b", "c"] and sampled[3:6] == ["b", "c", "a"]
+
+
+# ---- the GPU records path, from a benchmark child's report (no GPU needed to build the records) ------
+def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
+    from harness import candidates, runner
+    from harness.run_cmd import format_run
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
+    ev = runner._Evaluation(task, [cand], runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path)))
+    ev.device, ev.on_gpu, ev.shapes = "cuda", True, list(task.shapes[:2])
+    unit = ev.units[0]
+    timing = {"reference": _t(10.0), "torch_compile": _t(6.0), "candidate": _t(3.0)}
+    events = [
+        {"event": "isolation", "layers": {"audit_hook": "active"}},
+        {"event": "imported", "cheats": []},
+        {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
+        *({"event": "timing", "shape": s.label, "results": {k: {**v, "method": "cuda_graph", "samples": 40,
+           "calls_per_window": 100, "note": None} for k, v in timing.items()}} for s in ev.shapes),
+        {"event": "done", "violations": []},
+    ]  # fmt: skip
+    for s in ev.shapes:
+        unit.status[s.label] = (Status.PASSED, "")
+        unit.verdicts[s.label] = [parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})]
+    ev._read_bench(unit, sandbox.ChildRun(0, False, 1.0, events, ""), [s.label for s in ev.shapes])
+    records = ev.records({"device": "NVIDIA H200"}, None)
+    first = records[0]
+    assert first.timing.p50_us == 3.0 and first.speedups == {"reference": 10.0 / 3.0, "torch_compile": 2.0}
+    cost = task.cost(ev.shapes[0])
+    assert first.floor_us == pytest.approx(cost.bytes / 4275e3) and first.floor_fraction == pytest.approx(
+        first.floor_us / 3.0
+    )
+    assert not first.suspicious and first.copy_gbps == 4275.0
+    promotion, _, _ = promote.decide(records, [s.label for s in ev.shapes], None, {})
+    assert promotion is not None and promotion.candidate == "correct"
+    result = runner.RunResult(
+        RunRecord(run_id=ev.run_id, task=task.name, device="cuda", settings={}, candidates={}, statuses={},
+                  wall_s=1.0, environment={}, promoted=promotion.content_hash),
+        tuple(records), promotion, promotion.reason, (),
+    )  # fmt: skip
+    table = format_run(result)
+    assert "3.00 us (2.94-3.06)" in table and "3.33x" in table and "PROMOTED" in table
+
+
+# ---- on the GPU: `python -m pytest -m gpu tests/test_runner.py` ---------------------------------------
+@pytest.mark.gpu
+def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    found = candidates.resolve(task.name, task.op_name, ("row_per_program",))
+    settings = runner.EvaluationSettings(
+        device="cuda", shapes=("T=1", "T=16384"), seeds=(1, 2), results_dir=str(tmp_path), promote=False,
+        bench=bench.BenchSettings(samples=15, min_samples=10, max_seconds=3.0),
+    )  # fmt: skip
+    result = runner.evaluate(task, found, settings)
+    by_name = {(r.implementation, r.shape_label): r for r in result.records}
+    for label in ("T=1", "T=16384"):
+        cand = by_name[("row_per_program", label)]
+        assert cand.status is Status.PASSED, cand.detail
+        assert cand.timing is not None and {"reference", "torch_compile"} <= set(cand.baselines_us)
+        assert cand.timing.method == ("cuda_graph" if label == "T=1" else "events")
+        assert 1000 < cand.copy_gbps < 10_000 and 0 < cand.floor_fraction
+        assert by_name[("reference", label)].timing is not None
+        assert by_name[("torch_compile", label)].status is Status.PASSED
+    assert result.run.device == "cuda"
+
+
+@pytest.mark.gpu
+def test_gpu_cheats_side_streams_and_stale_memory_are_caught(tmp_path):
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    paths = [REPO_ROOT / "tests/fixtures/gpu/side_stream.py"] + [
+        REPO_ROOT / f"tests/fixtures/fuse_norm/{n}.py" for n in ("stale_memory", "side_thread", "correct")
+    ]
+    found = [candidates.load(p, task.name, task.op_name) for p in paths]
+    settings = runner.EvaluationSettings(device="cuda", shapes=("T=8",), seeds=(1, 2), results_dir=str(tmp_path),
+                                         benchmark=False, baselines=False, promote=False)  # fmt: skip
+    result = runner.evaluate(task, found, settings)
+    status = {r.implementation: r for r in result.records}
+    assert any(c.startswith("async_work") for c in status["side_stream"].cheats), status["side_stream"].detail
+    assert any(c.startswith("stale_memory") for c in status["stale_memory"].cheats), status["stale_memory"].detail
+    assert status["side_thread"].status is Status.CHEAT_DETECTED
+    assert status["correct"].status is Status.PASSED, status["correct"].detail
