@@ -22,6 +22,7 @@ import sys
 from dataclasses import dataclass
 
 DEVICES = ("auto", "cuda", "cpu")
+WHERE_FILES_GO = ("out", "name", "results_dir", "cache_dir", "keep_scratch")  # left out of `command()`
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,8 @@ class ProfileSettings:
             raise ValueError("invalid profile settings: " + "; ".join(problems))
 
     def command(self) -> str:
-        """The command line that reproduces this profile: the settings that differ from the defaults, quoted
-        for a POSIX shell and Hydra's override grammar."""
+        """The command line that reproduces this profile: the settings that differ from the defaults (except
+        those that only say where files go), quoted for a POSIX shell and Hydra's override grammar."""
         import json
         import shlex
         from dataclasses import fields
@@ -90,7 +91,7 @@ class ProfileSettings:
         args = []
         for f in fields(self):
             value = getattr(self, f.name)
-            if value == f.default:
+            if value == f.default or f.name in WHERE_FILES_GO:
                 continue
             if isinstance(value, tuple):
                 args.append(shlex.quote(f"{f.name}=[{','.join(json.dumps(v) for v in value)}]"))

@@ -126,14 +126,15 @@ def summary_markdown(plan: Plan, tables: ProfileTables, copy_gbps: float | None,
     s, size, st = plan.settings, plan.size, tables.step
     basis = ("device time = the summed durations of the GPU kernels launched inside each range"
              if st.time_basis == "gpu kernels" else
-             "CPU time of each range (no GPU: the CPU profiler; shares show where the reference's work is, "
-             "not GPU times)")  # fmt: skip
+             "CPU time of each range (no GPU: the CPU profiler; shares show where the work is on this CPU, "
+             "not what a GPU would spend)")  # fmt: skip
     ceilings = (f"copy {copy_gbps:,.0f} GB/s, BF16 GEMM {gemm_tflops:,.0f} TFLOP/s (floors use both)"
                 if copy_gbps else "none on CPU: no roofline floors")  # fmt: skip
     busy = f" (GPU busy {st.gpu_busy:.0%} of the wall time)" if st.gpu_busy is not None else ""
-    where = (f"{env['device']}, driver {env['driver']}, CUDA {env['cuda']}, torch {env['torch']}, "
-             f"triton {env['triton']}, Python {env['python']}, host {env['host']}, git {env['git_commit']}"
-             + (" (dirty)" if env.get("git_dirty") else ""))  # fmt: skip
+    facts = [("driver", "driver"), ("CUDA", "cuda"), ("torch", "torch"), ("triton", "triton"), ("Python", "python"),
+             ("host", "host"), ("git", "git_commit")]  # fmt: skip
+    where = ", ".join([env["device"], *(f"{label} {env[key]}" for label, key in facts if env.get(key))])
+    where += " (uncommitted changes)" if env.get("git_dirty") else ""
     lines = [
         f"# Profile: {plan.cfg.name}, {s.scenario}, {s.ops} ops",
         "",

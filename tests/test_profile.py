@@ -9,6 +9,7 @@ import gzip
 import importlib.util
 import inspect
 import json
+import shlex
 from pathlib import Path
 
 import pandas as pd
@@ -452,3 +453,17 @@ def test_metrics_unknown_to_this_ncu_are_dropped_not_fatal():
     assert missing == ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"]
     assert usable == [m for m in kr.METRICS if m not in missing]
     assert profile_kernel.usable_metrics("") == (list(kr.METRICS), [])  # a failed query: ask for everything
+
+
+def test_reproducing_command_parses_back_through_the_cli(tmp_path, capsys, monkeypatch, candidate_file):
+    from harness import cli
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    monkeypatch.setattr(profile_kernel, "NCU_FALLBACKS", ())
+    settings = ProfileSettings(task="fuse_norm", candidate=candidate_file, shapes=("T=1", "T=16384"),
+                               results_dir=str(tmp_path / "results"))  # fmt: skip
+    command = settings.command()
+    shapes = """'shapes=["T=1","T=16384"]'"""  # quoted for the shell; Hydra needs the inner quotes (T=1 holds '=')
+    assert command == f"python -m harness profile task=fuse_norm candidate={candidate_file} {shapes}"
+    assert cli.main(shlex.split(command)[3:] + [f"results_dir={tmp_path / 'results'}"]) == 0
+    assert "kernel profile of fuse_norm/stand_in skipped" in capsys.readouterr().out
