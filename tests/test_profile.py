@@ -416,6 +416,7 @@ def test_kernel_profile_of_a_candidate_under_ncu(tmp_path):
     assert not skipped and [r.shape_label for r in found] == ["T=1", "T=16384"]
     for r in found:
         assert r.status == "profiled", r.detail
+        assert r.metrics_missing == [], f"this ncu lacks {r.metrics_missing}"
         assert r.duration_us > 0 and 0 < r.dram_throughput_pct <= 100 and 0 < r.achieved_occupancy_pct <= 100
         assert r.registers_per_thread > 0 and r.spill_bytes is not None and r.floor_fraction > 0
         assert (tmp_path / r.ncu_report).is_file()
