@@ -46,7 +46,7 @@ import triton.language as tl
 CANDIDATE = {
     "author": "human",
     "model": None,
-    "parent": "row_per_program.py",
+    "parent": "row_per_program",
     "idea": "persistent programs walk rows with a stride: norm weights kept in registers, next row prefetched",
 }
 

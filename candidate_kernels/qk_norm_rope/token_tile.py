@@ -44,7 +44,7 @@ import triton.language as tl
 CANDIDATE = {
     "author": "human",
     "model": None,
-    "parent": "head_groups.py",
+    "parent": "head_groups",
     "idea": "one program per token: query and key heads stacked in one tile, one code path, cache written in place",
 }
 
