@@ -317,8 +317,8 @@ class Monitor:
     """The audit hook and the environ witness. `violations` lists what the candidate attempted."""
 
     writable: tuple[str, ...]  # real paths of the directories the child may write in
-    own: str  # the child's job directory (its candidate copy, scratch): read freely, never "secret"
     library_roots: tuple[str, ...]  # Python installation: read freely, never "secret"
+    own: str | None = None  # the child's job directory (candidate copy, scratch): read freely, never "secret"
     violations: list[str] = field(default_factory=list)
     _busy: threading.local = field(default_factory=threading.local)
 
@@ -350,7 +350,8 @@ class Monitor:
         return any(path == root or path.startswith(root + os.sep) for root in self.writable)
 
     def _is_library_or_own(self, path: str) -> bool:
-        return any(path.startswith(root + os.sep) for root in (*self.library_roots, self.own))
+        roots = (*self.library_roots, self.own) if self.own else self.library_roots
+        return any(path.startswith(root + os.sep) for root in roots)
 
     def _hook(self, event: str, args: tuple) -> None:
         if event != "open" and event not in _PATH_WRITE_EVENTS and event not in _NETWORK_EVENTS \
