@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from tasks import dense_act, fuse_norm, moe_route, output_gate, qk_norm_rope, qkv_gate_gemm, router_gemm
+from tasks import dense_act, fuse_norm, moe_experts, moe_route, output_gate, qk_norm_rope, qkv_gate_gemm, router_gemm
 from tasks.task import Task
 
 TASKS: dict[str, Task] = {
@@ -17,6 +17,7 @@ TASKS: dict[str, Task] = {
     "qkv_gate_gemm": qkv_gate_gemm.TASK,
     "dense_act": dense_act.TASK,
     "moe_route": moe_route.TASK,
+    "moe_experts": moe_experts.TASK,
 }
 
 

@@ -14,7 +14,16 @@ from tasks.task import BaselineUnavailable, Task
 
 CPU = torch.device("cpu")
 BEAM = get_config("beam")
-EXPECTED_TASKS = {"fuse_norm", "qk_norm_rope", "output_gate", "router_gemm", "qkv_gate_gemm", "dense_act", "moe_route"}
+EXPECTED_TASKS = {
+    "fuse_norm",
+    "qk_norm_rope",
+    "output_gate",
+    "router_gemm",
+    "qkv_gate_gemm",
+    "dense_act",
+    "moe_route",
+    "moe_experts",
+}
 
 ALL_TASKS = sorted(TASKS)
 
