@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import platform
 import subprocess
 from dataclasses import asdict, dataclass
@@ -40,9 +41,7 @@ def _package_version(name: str) -> str | None:
 
 def _git(*args: str) -> str | None:
     try:
-        out = subprocess.run(
-            ["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True
-        )
+        out = subprocess.run(["git", *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10, check=True)
     except (OSError, subprocess.SubprocessError):
         return None
     return out.stdout.strip()
@@ -66,7 +65,12 @@ def _nvidia_driver() -> str | None:
 def capture() -> Environment:
     """Read once per process: the environment does not change while a harness command runs."""
     on_gpu = torch.cuda.is_available()
-    status = _git("status", "--porcelain", "--untracked-files=no")
+    commit = _git("rev-parse", "HEAD")
+    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
+    if not commit:
+        # A tree shipped without its .git (the GPU machine gets a copy of the working tree): the
+        # shipper names the commit it copied; whether the copy was dirty is then unknown.
+        commit = os.environ.get("BEAM_GIT_COMMIT") or None
     return Environment(
         device=torch.cuda.get_device_name(0) if on_gpu else "cpu (Triton interpreter)",
         driver=_nvidia_driver() if on_gpu else None,
@@ -76,6 +80,6 @@ def capture() -> Environment:
         flashinfer=_package_version("flashinfer-python"),
         python=platform.python_version(),
         host=platform.node(),
-        git_commit=_git("rev-parse", "HEAD"),
+        git_commit=commit,
         git_dirty=None if status is None else bool(status),
     )

@@ -12,7 +12,8 @@ error against FP64 at most (1 + fp64_margin) x the reference's own. FP32: that e
 each row by its ids.
 
 Policies (one per device):
-  gpu          the reference as written (round to nearest even at every rounding point).
+  gpu          the reference as written (round to nearest even at every rounding point), and the
+               same with exact FP32 reductions (ExactReductions): the contract leaves their order free.
   interpreter  the same bounds, against a wider set of admissible references. The Triton
                interpreter's own fp32 -> bf16 cast truncates (TOOLCHAIN.md); harness/
                interpreter_patches.py makes it round to nearest like the GPU, and the child applies
@@ -159,10 +160,36 @@ class AdmissibleReference:
     outputs: list[torch.Tensor]
 
 
+class ExactReductions(TorchFunctionMode):
+    """The reference with its FP32 sums and means evaluated in float64 and rounded once to FP32.
+
+    The numerics contract leaves the order of FP32 reductions free. The last bit of such a sum
+    depends on that order; a flipped bit before a rounding point flips that BF16 rounding, and
+    where a later step nearly cancels (the rotation x1*cos - x2*sin, the scaled residual add) or
+    scales, one flip becomes several ulps of the output, beyond the 1-ulp budget, although the
+    kernel is correct. Against this reference the reductions are order independent (for sums of
+    squares of BF16 values, exact), so a kernel that reduces exactly matches it bit for bit.
+    """
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in _REDUCTIONS and args and isinstance(args[0], torch.Tensor) and args[0].dtype == torch.float32:
+            if kwargs.get("dtype") is None:
+                return func(args[0].double(), *args[1:], **kwargs).float()
+        return func(*args, **kwargs)
+
+
+_REDUCTIONS = {torch.Tensor.mean, torch.mean, torch.Tensor.sum, torch.sum}
+
+
 def admissible_references(task: Task, inputs: dict[str, Any], emulate_truncation: bool) -> list[AdmissibleReference]:
-    """The reference as written; with `emulate_truncation` also its truncating variants (module docstring)."""
+    """The reference as written, then with exact reductions (ExactReductions); with
+    `emulate_truncation` also its truncating variants (module docstring)."""
     counter = RoundingEmulation(lambda i: False)
     refs = [AdmissibleReference("nearest", run_reference(task, inputs, counter))]
+    exact = run_reference(task, inputs, ExactReductions())
+    if any(not torch.equal(a, b) for a, b in zip(exact, refs[0].outputs, strict=True) if a.is_floating_point()):
+        refs.append(AdmissibleReference("exact_reductions", exact))
     if not emulate_truncation or counter.count == 0:
         return refs
     refs.append(AdmissibleReference("truncate", run_reference(task, inputs, RoundingEmulation(lambda i: True))))
@@ -317,7 +344,11 @@ def compare_output(
     if check.kind == "fp32" and check.rel_tol is not None and fp64_err > check.rel_tol:
         return OutputParity(check.name, False, f"error against FP64 {fp64_err:.3g} above rel_tol "
                             f"{check.rel_tol:.3g}", **figures)  # fmt: skip
-    if not ratio <= 1 + check.fp64_margin:
+    # FP32 outputs: when both errors are about one FP32 rounding (~1e-7) their ratio is noise, so an
+    # excess of at most the FP32 unit roundoff also passes. Not for BF16, whose unit roundoff (2e-3)
+    # would hide a skipped rounding point.
+    slack = torch.finfo(torch.float32).eps / 2 if check.kind == "fp32" else 0.0
+    if not (ratio <= 1 + check.fp64_margin or fp64_err <= ref_err + slack):
         return OutputParity(check.name, False, f"error against FP64 {fp64_err:.3g} is {ratio:.3g}x the reference's "
                             f"own {ref_err:.3g}; at most {1 + check.fp64_margin:.3g}x allowed", **figures)  # fmt: skip
     return OutputParity(check.name, True, "", **figures)

@@ -55,7 +55,8 @@ PASSTHROUGH_ENV = (
 # Executables the child may start: what Triton and Inductor run to compile kernels.
 ALLOWED_EXECUTABLES = frozenset(
     {"ptxas", "ptxas-blackwell", "cuobjdump", "nvdisasm", "nvlink", "fatbinary", "nvcc", "ldconfig",
-     "ldconfig.real", "gcc", "cc", "clang", "g++", "c++", "x86_64-linux-gnu-gcc", "aarch64-linux-gnu-gcc", "ninja"}
+     "ldconfig.real", "gcc", "cc", "clang", "g++", "c++", "x86_64-linux-gnu-gcc", "aarch64-linux-gnu-gcc", "ninja",
+     "file", "uname"}  # read-only probes: platform.architecture() runs `file` on the interpreter
 )  # fmt: skip
 SECRET_ENV_WORDS = frozenset(
     {"KEY", "KEYS", "APIKEY", "TOKEN", "TOKENS", "SECRET", "SECRETS", "PASSWORD", "PASSWD", "CREDENTIAL",
@@ -174,6 +175,10 @@ def _copy_dir(src: Path, dst: Path) -> None:
         dst.mkdir(parents=True, exist_ok=True)
 
 
+def _parent_pythonpath() -> list[str]:
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 def child_env(job: Job, device: str, threads: int) -> dict[str, str]:
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
@@ -182,7 +187,9 @@ def child_env(job: Job, device: str, threads: int) -> dict[str, str]:
         HOME=str(job.scratch),
         TMPDIR=str(job.scratch / "tmp"),
         XDG_CACHE_HOME=str(job.scratch / ".cache"),
-        PYTHONPATH=str(REPO_ROOT),
+        # The repo first, then the parent's own extra import paths (where wheels were unpacked on
+        # an offline GPU machine, say): paths are not credentials.
+        PYTHONPATH=os.pathsep.join(dict.fromkeys([str(REPO_ROOT), *_parent_pythonpath()])),
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONNOUSERSITE="1",
         TRITON_CACHE_DIR=str(job.triton_cache),

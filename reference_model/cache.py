@@ -249,8 +249,10 @@ class KVCache:
         """Mark the step's slots as holding its positions; the discard rows stay empty."""
         self.global_positions_S[step.global_slots_T] = step.positions_T
         self.sliding_positions_S[step.sliding_slots_T] = step.positions_T
-        self.global_positions_S[-1] = -1
-        self.sliding_positions_S[-1] = -1
+        # fill_ on a one-row view: indexed assignment of a Python scalar would copy a CPU tensor,
+        # which CUDA-graph capture refuses.
+        self.global_positions_S[-1:].fill_(-1)
+        self.sliding_positions_S[-1:].fill_(-1)
 
     # ---- rewinding -------------------------------------------------------------------------
     def snapshot(self) -> Snapshot:
