@@ -3,12 +3,14 @@
     harness run task=fuse_norm                       every candidate of the task, every shape
     harness run task=fuse_norm candidates=[row_per_program] "shapes=['T=1','T=8']" seeds=[1]
     harness run -m task=fuse_norm,output_gate        one run per task
+    harness run task=fuse_norm agent=anthropic agent.rounds=8   an agent proposes candidates first (harness/agents/)
     harness results task=fuse_norm last=5
 
 `run` prints a table per shape (status, error figures, times, speedups over each baseline,
 roofline fraction, verdict) and its wall time; the records land in results/<task>/. Exit status:
 0 when the run completed, whatever the candidates did; 1 for bad input (unknown task, shape or
-candidate, a candidate file that breaks the contract).
+candidate, a candidate file that breaks the contract), or when an agent's session ended on an error
+(the API gave up; its transcript in results/<task>/agents/ says how far it got).
 
 Shape labels contain `=` (and some spaces), which Hydra's override grammar reads as syntax: quote
 them inside the list, and quote the whole override for the shell, as above.
@@ -17,12 +19,13 @@ them inside the list, and quote the whole override for the shell, as above.
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
 from harness import candidates as candidate_files
 from harness import promote, runner
+from harness.agents.settings import AgentSettings
 from harness.records import DEFAULT_RESULTS_DIR, RUNS_FILE, EvaluationRecord, RunRecord, Status, load_frame, read
 from harness.records import task_results_dir as results_dir_of
 
@@ -31,6 +34,7 @@ from harness.records import task_results_dir as results_dir_of
 class RunSettings(runner.EvaluationSettings):
     task: str = ""  # required: a name in tasks.TASKS
     candidates: tuple[str, ...] = ()  # file stems in candidate_kernels/<task>/ or paths; empty: all
+    agent: AgentSettings = field(default_factory=AgentSettings)  # agent=anthropic|command|replay (harness/agents/)
 
 
 @dataclass(frozen=True)
@@ -56,13 +60,22 @@ def _error(message: str) -> int:
 def run(settings: RunSettings) -> int:
     try:
         task = _task_or_error(settings.task)
+        outcome = None
+        if settings.agent.kind != "none":  # the agent's submissions join the usual evaluation below
+            from harness.agents import loop
+
+            outcome = loop.run_agent(task, settings)
         found = candidate_files.resolve(task.name, task.op_name, settings.candidates)
+        found = found if outcome is None else loop.with_submissions(found, outcome)
         if not found and not settings.candidates:
             print(f"{task.name}: no candidates in {candidate_files.task_dir(task.name)}; evaluating baselines only")
         result = runner.evaluate(task, found, settings)
     except ValueError as e:  # CandidateError, UsageError, unknown task: bad input
         return _error(str(e))
     print(format_run(result))
+    if outcome is not None:
+        print(outcome.summary())
+        return 1 if outcome.error else 0
     return 0
 
 

@@ -1,0 +1,190 @@
+"""What the harness knows about a task when an agent starts: the machine and its measured ceilings,
+the candidates so far and their numbers, and the hot spots of the newest profile.
+
+Everything is read from files the harness wrote (results/<task>/*.jsonl, profiles/<run>/summary.md)
+and summarized as text for the task statement (harness/agents/prompt.py). Missing files are stated
+as such ("none yet"), never guessed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness import candidates as candidate_files
+from harness import promote
+from harness.environment import REPO_ROOT
+from harness.profile_kernel_records import kernel_profile_section, load_profiles
+from harness.records import RECORDS_FILE, EvaluationRecord, Status, read, task_results_dir
+from tasks.task import Task
+
+PROFILES_DIR = REPO_ROOT / "profiles"
+SUMMARY_FILE = "summary.md"
+HOT_SPOT_SECTION = "## Which ops dominate"
+MAX_SECTION_CHARS = 4000
+
+
+@dataclass(frozen=True)
+class TaskContext:
+    task: Task
+    device: str  # "cuda" or "cpu": where this session's candidates are evaluated
+    device_name: str  # "NVIDIA H200" or "CPU (Triton interpreter)"
+    shapes: tuple[str, ...]  # the shape labels evaluated in this session
+    seeds: tuple[int, ...]
+    ceilings: str  # the measured copy bandwidth and GEMM rate, with where they come from
+    candidates: str  # the promoted/best candidate and the others, with their latest numbers
+    hot_spots: str  # the newest model profile's ranking and the task's kernel profiles, or "none"
+
+
+def _device_name(device: str) -> str:
+    if device == "cuda":
+        import torch
+
+        return torch.cuda.get_device_name(0)
+    return "CPU only (no CUDA GPU): candidates run through the Triton interpreter"
+
+
+def _task_records(results_dir: Path, task: str) -> list[EvaluationRecord]:
+    return read(task_results_dir(results_dir, task) / RECORDS_FILE, EvaluationRecord)[0]
+
+
+def ceilings_text(records: list[EvaluationRecord], device: str) -> str:
+    measured = [r for r in records if r.device == "cuda" and r.copy_gbps]
+    if not measured:
+        where = "a GPU" if device == "cuda" else "a GPU (none here)"
+        return (f"not measured yet for this task: the first evaluation on {where} measures the copy "
+                "bandwidth and the BF16 GEMM rate in the benchmark process, and every verdict reports the "
+                "floor fraction.")  # fmt: skip
+    r = max(measured, key=lambda r: r.created_utc)
+    gemm = f"{r.gemm_tflops:,.0f} TFLOP/s BF16 GEMM" if r.gemm_tflops else "no GEMM rate (memory-bound shapes)"
+    return (f"{r.copy_gbps:,.0f} GB/s device copy (read + write counted), {gemm}; measured on "
+            f"{r.environment.get('device')} in run {r.run_id} ({r.created_utc}). Floor of a shape = "
+            "max(bytes / copy bandwidth, flops / GEMM rate) by the task's cost formula.")  # fmt: skip
+
+
+def _fmt_us(us: float) -> str:
+    return f"{us / 1e3:.3f} ms" if us >= 1e4 else f"{us:.2f} us"
+
+
+def _record_line(r: EvaluationRecord) -> str:
+    if r.status is not Status.PASSED:
+        return f"{r.shape_label}: {r.status.value} ({r.detail[:120]})"
+    if r.timing is None:
+        return f"{r.shape_label}: passed parity ({r.device}, not timed)"
+    vs = ", ".join(f"{s:.2f}x vs {b}" for b, s in sorted(r.speedups.items()))
+    floor = f", {r.floor_fraction:.0%} of the floor" if r.floor_fraction is not None else ""
+    return f"{r.shape_label}: p50 {_fmt_us(r.timing.p50_us)} ({vs}{floor})"
+
+
+def _latest_by_hash(records: list[EvaluationRecord]) -> dict[str, list[EvaluationRecord]]:
+    """Per candidate hash, its records from the newest run that evaluated it (GPU runs first)."""
+    runs: dict[str, dict[str, list[EvaluationRecord]]] = {}
+    for r in records:
+        if r.kind == "candidate" and r.candidate_hash:
+            runs.setdefault(r.candidate_hash, {}).setdefault(r.run_id, []).append(r)
+    latest = {}
+    for h, by_run in runs.items():
+        latest[h] = max(by_run.values(), key=lambda rs: (rs[0].device == "cuda", rs[0].created_utc))
+    return latest
+
+
+def _baseline_line(records: list[EvaluationRecord]) -> str | None:
+    timed = [r for r in records if r.kind != "candidate" and r.timing is not None]
+    if not timed:
+        return None
+    run = max(timed, key=lambda r: r.created_utc).run_id
+    rows = [f"{r.implementation} {r.shape_label} p50 {_fmt_us(r.timing.p50_us)}" for r in timed if r.run_id == run]
+    return f"Baselines in run {run}: " + "; ".join(rows)
+
+
+def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Path, folder: Path) -> str:
+    lines = []
+    current = promote.promoted(task.name, results_dir)
+    latest = _latest_by_hash(records)
+    if current is not None:
+        score = [min(s.values()) for s in current.speedups.values() if s]
+        geo = math.exp(sum(map(math.log, score)) / len(score)) if score else None
+        lines.append(f"Promoted (the one to beat): {current.candidate} ({current.path}, sha256 "
+                     f"{current.content_hash[:12]}), promoted in run {current.run_id}"
+                     + (f"; geomean of its worst speedups {geo:.3f}x" if geo else "") + ".")  # fmt: skip
+        for r in sorted(latest.get(current.content_hash, []), key=lambda r: r.shape_label):
+            lines.append(f"  - {_record_line(r)}")
+    else:
+        lines.append("Promoted: none yet (promotion needs GPU timings beating every baseline on every GPU shape).")
+    present, broken = [], []
+    for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
+        if path.name.startswith("_"):
+            continue
+        try:
+            present.append(candidate_files.load(path, task.name, task.op_name))
+        except candidate_files.CandidateError as e:
+            broken.append(f"- {path.name}: breaks the candidate contract: {e}")
+    others = [c for c in present if current is None or c.content_hash != current.content_hash]
+    if others:
+        shown = folder.relative_to(REPO_ROOT) if folder.is_relative_to(REPO_ROOT) else folder
+        lines.append(f"Other candidates in {shown}/ (latest evaluation of each):")
+    for c in others:
+        recs = sorted(latest.get(c.content_hash, []), key=lambda r: r.shape_label)
+        where = f"{recs[0].device}, run {recs[0].run_id}" if recs else "never evaluated"
+        lines.append(f"- {c.name} ({c.meta.author}{', ' + c.meta.model if c.meta.model else ''}): "
+                     f"{c.meta.idea} [{where}]")  # fmt: skip
+        lines += [f"  - {_record_line(r)}" for r in recs]
+    if not present and current is None:
+        lines.append(f"No candidate files yet in {folder}.")
+    baseline = _baseline_line(records)
+    if baseline:
+        lines.append(baseline)
+    return "\n".join(lines + broken)
+
+
+def newest_profile_summary(profiles_dir: Path) -> Path | None:
+    summaries = [p for p in profiles_dir.glob(f"*/{SUMMARY_FILE}") if p.is_file()] if profiles_dir.is_dir() else []
+    return max(summaries, key=lambda p: p.stat().st_mtime) if summaries else None
+
+
+def markdown_section(text: str, heading: str) -> str | None:
+    """The lines of a Markdown section (heading included) up to the next heading of the same level."""
+    lines = text.splitlines()
+    if heading not in lines:
+        return None
+    start = lines.index(heading)
+    level = heading.split(" ")[0] + " "
+    end = next((i for i in range(start + 1, len(lines)) if lines[i].startswith(level)), len(lines))
+    return "\n".join(lines[start:end]).strip()
+
+
+def _clip(text: str, limit: int = MAX_SECTION_CHARS) -> str:
+    return text if len(text) <= limit else text[:limit] + f"\n[... {len(text) - limit} more characters in the file]"
+
+
+def hot_spots_text(task: Task, results_dir: Path, profiles_dir: Path) -> str:
+    parts = []
+    summary = newest_profile_summary(profiles_dir)
+    if summary is None:
+        parts.append(f"Model profile: none (no {profiles_dir.name}/<run>/{SUMMARY_FILE} yet; "
+                     "`harness profile model=beam-slice` writes one).")  # fmt: skip
+    else:
+        text = summary.read_text(errors="replace")
+        title = next((line for line in text.splitlines() if line.startswith("# ")), "# Profile")
+        section = markdown_section(text, HOT_SPOT_SECTION) or "(the summary has no ranking section)"
+        shown = summary.relative_to(REPO_ROOT) if summary.is_relative_to(REPO_ROOT) else summary
+        parts.append(f"Newest model profile, {shown} ({title[2:]}):\n{_clip(section)}")
+    profiles, _ = load_profiles(results_dir, task.name)
+    if profiles:
+        parts.append("Kernel profiles of this task (Nsight Compute, latest per candidate and shape):\n"
+                     + _clip(kernel_profile_section([p.to_dict() for p in profiles])))  # fmt: skip
+    else:
+        parts.append("Kernel profiles of this task: none (`harness profile task=<task> candidate=<name>` on a GPU).")
+    return "\n\n".join(parts)
+
+
+def gather(task: Task, device: str, shapes: tuple[str, ...], seeds: tuple[int, ...], results_dir: Path,
+           candidates_folder: Path, profiles_dir: Path = PROFILES_DIR) -> TaskContext:  # fmt: skip
+    records = _task_records(results_dir, task.name)
+    return TaskContext(
+        task=task, device=device, device_name=_device_name(device), shapes=shapes, seeds=seeds,
+        ceilings=ceilings_text(records, device),
+        candidates=candidates_text(task, records, results_dir, candidates_folder),
+        hot_spots=hot_spots_text(task, results_dir, profiles_dir),
+    )  # fmt: skip
