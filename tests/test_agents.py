@@ -282,6 +282,26 @@ def test_the_session_stops_when_its_rounds_are_spent(tmp_path, monkeypatch):
     assert last["content"][1]["content"] == "round budget spent (1 rounds): no more submissions"
 
 
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [([_error(401, "authentication_error")], "the Messages API refused the request (401)"),
+     ([_error(529, "overloaded_error"), _error(529, "overloaded_error")], "failed 2 times; last: HTTP 529")],
+)  # fmt: skip
+def test_an_api_that_refuses_or_keeps_failing_ends_the_session_with_its_transcript(tmp_path, monkeypatch, script,
+                                                                                    expected):  # fmt: skip
+    pytest.importorskip("anthropic")
+    api = ScriptedAPI(script)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test")
+    agent = AgentSettings(kind="anthropic", model=MODEL, retries=1, backoff_s=0.01, base_url=api.url,
+                          candidates_dir=str(tmp_path / "candidates"))  # fmt: skip
+    outcome = loop.run_agent(TASK, _settings(tmp_path, agent), echo=lambda _: None)
+    api.close()
+    assert outcome.stopped == "error" and expected in outcome.error and outcome.candidates == ()
+    saved = json.loads(outcome.transcript_path.read_text())
+    assert saved["error"] == outcome.error and saved["api_calls"][0]["error"] == outcome.error
+    assert len(saved["api_calls"][0]["retries"]) == len(script) - 1 and not (tmp_path / "candidates").exists()
+
+
 def test_no_api_key_is_a_clear_error_and_writes_nothing(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     agent = AgentSettings(kind="anthropic", model=MODEL, candidates_dir=str(tmp_path / "candidates"))
