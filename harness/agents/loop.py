@@ -76,6 +76,8 @@ def default_workers(device: str) -> int:
 
 
 class Session:
+    """One agent session: its settings, budget, evaluation slots, submissions and transcript."""
+
     def __init__(self, task: Task, settings: runner.EvaluationSettings, agent: AgentSettings, model: str,
                  budget: Budget, echo: Callable[[str], None] = print):  # fmt: skip
         self.task, self.settings, self.agent, self.model, self.budget, self.echo = (
