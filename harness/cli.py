@@ -54,6 +54,10 @@ COMMANDS: tuple[Command, ...] = (
     Command(("profile",), "harness.profile", "ProfileSettings", "main",
             "model=<preset>: time per op and kernels per layer (PyTorch profiler); "
             "task=<t> candidate=<c>: Nsight Compute"),
+    Command(("review",), "harness.review", "ReviewSettings", "main",
+            "base=<rev> head=<rev> or candidates=[...]: evaluate changed candidates, PR report, CI gate"),
+    Command(("nightly",), "harness.nightly", "NightlySettings", "main",
+            "every task again: promoted kernels re-validated against history, dated summary, resumable"),
 )  # fmt: skip
 
 

@@ -1,0 +1,370 @@
+"""The review report: a pure function of records (+ the diffs passed in) -> Markdown and HTML.
+
+    review = Review(title, generated_utc, tasks=(TaskReview(...), ...), gate, cheat_checks)
+    review_markdown(review)   a PR comment
+    review_html(review)       one self-contained page (inline CSS, speedup charts as base64 PNG)
+
+`harness review` (harness/review.py) gathers the inputs: the runner's records of the run, the
+promotion in force, the verdicts, the diffs, the kernel profiles. Nothing here reads a file, a
+clock or git: the same inputs give the same report (tests/test_review.py holds it to a stored file).
+
+Per task: the verdict of every changed candidate (promote / reject, and why), parity figures per
+shape and output, timings against every baseline with their p20..p80 bands, the floor fraction,
+the contract (cheat) checks and the sandbox, Nsight Compute metrics when recorded, the speedup
+chart (HTML), the diff against the parent, and at the end the environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.records import EvaluationRecord, PromotionRecord, Status
+from harness.regression import Comparison
+from harness.report_chart import SpeedupPoint, speedup_chart
+from harness.report_doc import Block, Bullets, Chart, Diff, Heading, Para, Table, render_html, render_markdown
+
+CHANGE_KINDS = ("added", "modified", "renamed", "deleted", "given")
+ENVIRONMENT_KEYS = ("device", "driver", "cuda", "torch", "triton", "flashinfer", "python", "host", "git_commit",
+                    "git_dirty")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Change:
+    """One candidate file under review and what it is compared with."""
+
+    task: str
+    path: str  # repository-relative at head (a deleted file: at base)
+    kind: str  # one of CHANGE_KINDS ("given": named on the command line, not from a revision range)
+    candidate: str | None = None  # its implementation name in the run's records; None: not evaluated
+    content_hash: str | None = None
+    meta: dict[str, Any] | None = None  # the CANDIDATE dict
+    old_path: str | None = None  # renamed: the path at base
+    diff_against: str = ""  # e.g. "`row_per_program.py` (its parent) at `main`"
+    diff: str = ""  # unified diff against that; empty with `diff_note` saying why
+    diff_note: str = ""
+    contract_error: str | None = None  # the file breaks the candidate contract: not evaluated
+
+    def __post_init__(self) -> None:
+        if self.kind not in CHANGE_KINDS:
+            raise ValueError(f"change kind must be one of {CHANGE_KINDS}; got {self.kind!r}")
+
+    @property
+    def label(self) -> str:
+        return self.candidate or self.path.rsplit("/", 1)[-1].removesuffix(".py")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the review concludes for one change: would it be promoted, and does it pass the gate."""
+
+    path: str
+    action: str  # "promote" or "reject"
+    reason: str
+    gate_ok: bool
+    gate_reason: str = ""  # why it fails the gate; empty when it passes
+    against_promoted: dict[str, Comparison] = field(default_factory=dict)  # shape -> vs the promoted kernel
+
+    def __post_init__(self) -> None:
+        if self.action not in ("promote", "reject"):
+            raise ValueError(f"verdict action must be promote or reject; got {self.action!r}")
+        if not self.gate_ok and not self.gate_reason:
+            raise ValueError(f"a verdict failing the gate must say why ({self.path})")
+
+
+@dataclass(frozen=True)
+class TaskReview:
+    task: str
+    changes: tuple[Change, ...]
+    verdicts: dict[str, Verdict]  # change path -> verdict
+    records: tuple[EvaluationRecord, ...] = ()  # every record of the run (candidates, promoted, baselines)
+    run_id: str | None = None  # None: nothing was evaluated (only deletions or contract errors)
+    promoted: PromotionRecord | None = None  # in force before the review
+    promoted_name: str | None = None  # its implementation name in `records`; None: not evaluated beside
+    promoted_note: str = ""  # why it was not evaluated beside, when it was not
+    promotion_reason: str = ""  # what `harness run` would decide on these records (promote.decide)
+    profiles: tuple[dict[str, Any], ...] = ()  # KernelProfileRecord dicts of the reviewed candidates
+
+
+@dataclass(frozen=True)
+class Gate:
+    ok: bool
+    reasons: tuple[str, ...]  # every failure, "task/candidate: why"
+
+    @property
+    def line(self) -> str:
+        """The last line of `harness review`'s output: the CI gate's reason."""
+        if self.ok:
+            return "review: PASS: every changed candidate passes and none regresses a promoted kernel"
+        more = f" (and {len(self.reasons) - 1} more, see the report)" if len(self.reasons) > 1 else ""
+        return f"review: FAIL: {self.reasons[0]}{more}"
+
+
+@dataclass(frozen=True)
+class Review:
+    title: str  # e.g. "main...HEAD"
+    generated_utc: str
+    tasks: tuple[TaskReview, ...]
+    gate: Gate
+    cheat_checks: tuple[tuple[str, str], ...]  # (name, what it catches): the checks every call runs
+
+
+# ---- small formatters --------------------------------------------------------------------------------
+def us(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def g3(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3g}"
+
+
+def pct(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.0%}" if x >= 0.1 else f"{x:.2%}"  # a decode shape's floor is a sliver of its time
+
+
+def short(h: str | None) -> str:
+    return (h or "")[:12]
+
+
+def status_cell(r: EvaluationRecord) -> str:
+    return "passed" if r.status is Status.PASSED else f"**{r.status.value}**"
+
+
+# ---- sections ----------------------------------------------------------------------------------------
+def parity_table(rows: Sequence[EvaluationRecord]) -> Table:
+    headers = ("shape", "status", "output", "output ok", "max ulp", "ulp>0", ">1 ulp", "max abs err", "FP64 err",
+               "ref FP64 err", "ratio", "judged against")  # fmt: skip
+    out, classes = [], []
+    for r in rows:
+        cls = "pass" if r.status is Status.PASSED else "fail"
+        if not r.parity:
+            out.append((f"`{r.shape_label}`", status_cell(r), "-", "-", "-", "-", "-", "-", "-", "-", "-", "-"))
+            classes.append(cls)
+            continue
+        for name, o in r.parity.items():
+            out.append((
+                f"`{r.shape_label}`", status_cell(r), f"`{name}`", "yes" if o.get("passed") else "**no**",
+                str(o.get("max_ulp", "-")),
+                f"{o.get('n_mismatched', 0)}/{o.get('n_elements', 0)}", str(o.get("n_over_tolerance", "-")),
+                g3(o.get("max_abs_err")), g3(o.get("fp64_err")), g3(o.get("ref_fp64_err")),
+                "-" if o.get("fp64_ratio") is None else f"{o['fp64_ratio']:.3f}", ", ".join(o.get("roundings", [])),
+            ))  # fmt: skip
+            classes.append(cls)
+    return Table(headers, tuple(out), tuple(classes))
+
+
+def failures(rows: Sequence[EvaluationRecord]) -> list[str]:
+    return [f"`{r.shape_label}`: {r.status.value}: {r.detail}" for r in rows if r.status is not Status.PASSED]
+
+
+def _band(t: dict[str, float]) -> tuple[str, str, str, str]:
+    noise = (t["p80_us"] - t["p20_us"]) / t["p50_us"]
+    return us(t["p20_us"]), us(t["p50_us"]), us(t["p80_us"]), f"{noise:.1%}"
+
+
+def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str, EvaluationRecord]) -> Table:
+    """The candidate and everything it was timed against, per shape; `promoted`: shape -> record."""
+    headers = ("shape", "implementation", "p20 us", "p50 us", "p80 us", "noise", "candidate speedup",
+               "beyond noise", "floor fraction")  # fmt: skip
+    out, classes = [], []
+    for r in rows:
+        if r.timing is None:
+            continue
+        t = {"p20_us": r.timing.p20_us, "p50_us": r.timing.p50_us, "p80_us": r.timing.p80_us}
+        floor = f"{pct(r.floor_fraction)} of {us(r.floor_us)} us" if r.floor_fraction is not None else "-"
+        if r.suspicious:
+            floor += " **below the floor**"
+        out.append((f"`{r.shape_label}`", f"`{name}` (candidate)", *_band(t), "-", "-", floor))
+        classes.append("candidate")
+        others = sorted(r.baselines_us.items())
+        p = promoted.get(r.shape_label)
+        if p is not None and p.timing is not None and p.implementation != name:
+            others.append((f"{p.implementation} (promoted)", {"p20_us": p.timing.p20_us, "p50_us": p.timing.p50_us,
+                                                                "p80_us": p.timing.p80_us}))  # fmt: skip
+        for other, b in others:
+            beyond = "yes" if r.timing.p80_us < b["p20_us"] else "no"
+            out.append((f"`{r.shape_label}`", other, *_band(b), f"{b['p50_us'] / r.timing.p50_us:.2f}x", beyond, "-"))
+            classes.append("" if beyond == "yes" else "fail")
+    return Table(headers, tuple(out), tuple(classes))
+
+
+def cheat_section(rows: Sequence[EvaluationRecord], checks: Sequence[tuple[str, str]]) -> list[Block]:
+    n_calls = sum(len(r.seeds) for r in rows)
+    names = ", ".join(f"`{n}`" for n, _ in checks)
+    blocks: list[Block] = [Para(f"Checked on every call ({n_calls} = {len(rows)} shape(s) x seeds): {names}.")]
+    fired = [r for r in rows if r.cheats or r.sandbox_events]
+    if fired:
+        blocks.append(Table(("shape", "status", "cheats", "sandbox events"),
+                            tuple((f"`{r.shape_label}`", status_cell(r), "; ".join(r.cheats) or "-",
+                                   "; ".join(r.sandbox_events) or "-") for r in fired),
+                            tuple("fail" for _ in fired)))  # fmt: skip
+    else:
+        blocks.append(Para("**None fired** on any shape; the sandbox recorded no violation."))
+    isolation = next((r.isolation for r in rows if r.isolation), None)
+    if isolation:
+        blocks.append(Para("Sandbox layers: " + ", ".join(f"{k} {v}" for k, v in sorted(isolation.items())) + "."))
+    return blocks
+
+
+PROFILE_COLUMNS = (("duration_us", "duration us", us), ("dram_throughput_pct", "DRAM % peak", g3),
+                   ("achieved_occupancy_pct", "occupancy %", g3), ("registers_per_thread", "registers", str),
+                   ("spill_bytes", "spill bytes", g3), ("floor_fraction", "floor fraction", pct))  # fmt: skip
+
+
+def profile_section(profiles: Sequence[dict[str, Any]], task: str, name: str) -> list[Block]:
+    if not profiles:
+        return [Para(f"No Nsight Compute profile recorded for this file (`harness profile task={task} "
+                     f"candidate={name}` on a GPU with ncu).", cls="note")]  # fmt: skip
+    latest: dict[str, dict[str, Any]] = {}
+    for p in sorted(profiles, key=lambda p: p.get("created_utc", "")):
+        latest[p["shape_label"]] = p
+    rows = []
+    for label, p in latest.items():
+        cells = [f"`{label}`", p.get("status", "-"), str(len(p.get("kernels", [])))]
+        cells += ["-" if p.get(key) is None else fmt(p[key]) for key, _, fmt in PROFILE_COLUMNS]
+        rows.append(tuple(cells))
+    first = next(iter(latest.values()))
+    return [Para(f"Nsight Compute {first.get('ncu_version', '')} ({first.get('ncu_options', '')}), run "
+                 f"`{first.get('run_id', '-')}`."),
+            Table(("shape", "status", "kernels", *(h for _, h, _ in PROFILE_COLUMNS)), tuple(rows))]  # fmt: skip
+
+
+def chart_points(t: TaskReview) -> list[SpeedupPoint]:
+    names = {c.candidate for c in t.changes if c.candidate}
+    points = []
+    for r in t.records:
+        if r.implementation in names and r.timing is not None:
+            mine = {"p20_us": r.timing.p20_us, "p50_us": r.timing.p50_us, "p80_us": r.timing.p80_us}
+            for b, times in sorted(r.baselines_us.items()):
+                points.append(SpeedupPoint.from_timings(r.implementation, r.shape_label, b, mine, times))
+    promoted = [r for r in t.records if r.implementation == t.promoted_name and r.timing is not None]
+    if points and t.promoted_name not in names:
+        for r in promoted:
+            mine = {"p20_us": r.timing.p20_us, "p50_us": r.timing.p50_us, "p80_us": r.timing.p80_us}
+            for b, times in sorted(r.baselines_us.items()):
+                points.append(SpeedupPoint.from_timings(f"{r.implementation} (promoted)", r.shape_label, b, mine,
+                                                        times))  # fmt: skip
+    return points
+
+
+def _verdict_para(v: Verdict) -> Para:
+    if v.gate_ok:
+        gate = "passes the gate"
+    else:
+        gate = "**fails the gate**" + ("" if v.gate_reason == v.reason else f": {v.gate_reason}")
+    return Para(f"**Verdict: {v.action.upper()}**: {v.reason} ({gate})", cls=f"verdict {v.action}")
+
+
+def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) -> list[Block]:
+    v = t.verdicts[c.path]
+    where = f"`{c.old_path}` -> `{c.path}`" if c.old_path else f"`{c.path}`"
+    blocks: list[Block] = [Heading(3, f"`{c.label}`: {c.kind} {where}"), _verdict_para(v)]
+    if c.meta:
+        model = f" ({c.meta.get('model')})" if c.meta.get("model") else ""
+        blocks.append(Para(f"Author: {c.meta.get('author')}{model}; parent: `{c.meta.get('parent') or 'none'}`; "
+                           f"idea: {c.meta.get('idea')}; content hash `{short(c.content_hash)}`."))  # fmt: skip
+    if c.contract_error:
+        blocks.append(Para(f"Breaks the candidate contract (candidate_kernels/README.md), not evaluated: "
+                           f"{c.contract_error}"))  # fmt: skip
+    rows = [r for r in t.records if r.implementation == c.candidate] if c.candidate else []
+    if rows:
+        blocks += [Heading(4, "Parity"), parity_table(rows)]
+        blocks += [Bullets(tuple(failures(rows)))] if failures(rows) else []
+        promoted = {r.shape_label: r for r in t.records if r.implementation == t.promoted_name}
+        blocks.append(Heading(4, "Timing"))
+        table = timing_table(rows, c.candidate, promoted)
+        if table.rows:
+            blocks.append(table)
+            notes = sorted({f"`{b}`: {why}" for r in rows for b, why in r.baseline_notes.items()})
+            blocks += [Para("Not timed beside it: " + "; ".join(notes), cls="note")] if notes else []
+        else:
+            skipped = sorted({r.timing_skipped or "no timing" for r in rows})
+            blocks.append(Para("Timing: " + "; ".join(skipped), cls="note"))
+        if v.against_promoted:
+            blocks.append(Heading(4, f"Against the promoted `{t.promoted.candidate}`"))
+            blocks.append(Table(("shape", "verdict", "why"), tuple((f"`{s}`", cmp.verdict, cmp.reason)
+                                                                   for s, cmp in v.against_promoted.items()),
+                                tuple("fail" if cmp.verdict == "regression" else "" for cmp in
+                                      v.against_promoted.values())))  # fmt: skip
+        blocks += [Heading(4, "Cheat checks"), *cheat_section(rows, checks)]
+        blocks += [Heading(4, "Nsight Compute"),
+                   *profile_section([p for p in t.profiles if p.get("candidate_hash") == c.content_hash], t.task,
+                                    c.label)]  # fmt: skip
+    if c.kind != "deleted":
+        blocks.append(Heading(4, "Diff"))
+        if c.diff_against:
+            blocks.append(Diff(f"diff against {c.diff_against}", c.diff))
+        if c.diff_note:
+            blocks.append(Para(c.diff_note, cls="note"))
+    return blocks
+
+
+def task_section(t: TaskReview, checks: Sequence[tuple[str, str]]) -> list[Block]:
+    blocks: list[Block] = [Heading(2, f"`{t.task}`", anchor=t.task)]
+    first = t.records[0] if t.records else None
+    if first is not None:
+        shapes = ", ".join(f"`{s}`" for s in dict.fromkeys(r.shape_label for r in t.records))
+        blocks.append(Para(f"Run `{t.run_id}` on {first.environment.get('device', first.device)} ({first.policy} "
+                           f"parity policy), seeds {first.seeds}, shapes {shapes}."))  # fmt: skip
+    p = t.promoted
+    if p is None:
+        blocks.append(Para("Promoted before this review: none."))
+    else:
+        beside = f", evaluated beside as `{t.promoted_name}`" if t.promoted_name else ""
+        blocks.append(Para(f"Promoted before this review: `{p.candidate}` (`{short(p.content_hash)}`, `{p.path}`) "
+                           f"since run `{p.run_id}`{beside}."))  # fmt: skip
+    if t.promoted_note:
+        blocks.append(Para(t.promoted_note, cls="note"))
+    if t.promotion_reason:
+        blocks.append(Para(f"Promotion on these records (as `harness run` would decide): {t.promotion_reason}."))
+    if chart_points(t):
+        blocks.append(Chart(t.task, f"speedup of {t.task} candidates over each baseline",
+                            "Speedup chart (p50 ratio, whiskers: p20..p80 bands): in the HTML report."))  # fmt: skip
+    for c in t.changes:
+        blocks += change_section(t, c, checks)
+    return blocks
+
+
+def review_blocks(review: Review) -> list[Block]:
+    gate = review.gate
+    blocks: list[Block] = [Heading(1, f"Kernel review: {review.title}")]
+    if gate.ok:
+        blocks.append(Para("**Gate: PASS**: every changed candidate passes and none regresses a promoted kernel.",
+                           cls="gate pass"))  # fmt: skip
+    else:
+        blocks.append(Para(f"**Gate: FAIL**: {len(gate.reasons)} problem(s).", cls="gate fail"))
+        blocks.append(Bullets(gate.reasons))
+    summary = []
+    for t in review.tasks:
+        for c in t.changes:
+            v = t.verdicts[c.path]
+            summary.append((f"`{t.task}`", f"`{c.label}`", c.kind, f"**{v.action}**", "pass" if v.gate_ok else "FAIL",
+                            v.reason if v.gate_ok else v.gate_reason))  # fmt: skip
+    blocks.append(Table(("task", "candidate", "change", "verdict", "gate", "reason"), tuple(summary),
+                        tuple("pass" if row[4] == "pass" else "fail" for row in summary)))  # fmt: skip
+    for t in review.tasks:
+        blocks += task_section(t, review.cheat_checks)
+    blocks.append(Heading(2, "Environment"))
+    env = next((r.environment for t in review.tasks for r in t.records), None)
+    if env:
+        blocks.append(Table(("key", "value"), tuple((k, str(env.get(k))) for k in ENVIRONMENT_KEYS if k in env)))
+    else:
+        blocks.append(Para("Nothing was evaluated.", cls="note"))
+    blocks.append(Para(f"Generated {review.generated_utc} by `harness review`.", cls="note"))
+    return blocks
+
+
+def review_markdown(review: Review) -> str:
+    return render_markdown(review_blocks(review))
+
+
+def review_charts(review: Review) -> dict[str, bytes]:
+    return {t.task: speedup_chart(points, f"{t.task}: speedup (p50 ratio; whiskers p20..p80)")
+            for t in review.tasks if (points := chart_points(t))}  # fmt: skip
+
+
+def review_html(review: Review) -> str:
+    return render_html(review_blocks(review), f"Kernel review: {review.title}", review_charts(review))
