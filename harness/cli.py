@@ -49,6 +49,8 @@ COMMANDS: tuple[Command, ...] = (
             "parameter counts, shapes and KV-cache arithmetic of a Beam preset"),
     Command(("model", "check"), "harness.model_cmd", "ModelCheckSettings", "check",
             "run the reference model on a preset and check it end to end"),
+    Command(("bench", "model"), "harness.bench_model", "BenchModelSettings", "bench",
+            "whole model: reference, compiled peer, optimized and its waterfall; floor, kernels per layer"),
     Command(("agent", "prompt"), "harness.agents.prompt", "PromptSettings", "show",
             "print exactly what an agent is told for a task: system prompt, task statement, tools"),
     Command(("profile",), "harness.profile", "ProfileSettings", "main",

@@ -1,0 +1,255 @@
+"""Library kernels the optimized model uses on the GPU: attention, and the MoE experts above decode sizes.
+
+Which and why (measurements: TOOLCHAIN.md, H200, Beam's shapes):
+- Prefill attention: flashinfer `single_prefill_with_kv_cache` (FA3 backend on sm90): 2048
+  queries over 100352 keys in 7.9 ms = 643 TFLOP/s, against 14.5 ms for torch SDPA. Fallback when
+  flashinfer is missing or refuses: torch's FlashAttention-2 (`aten::_flash_attention_forward`,
+  varlen, bottom-right causal with a left window). Both need the keys in position order, ending
+  at the last query: `prefill_layout` sorts a sliding layer's ring copy by position and drops its
+  empty slots (a host sync, which prefill does anyway); a layout that is not one contiguous run
+  of positions falls back to the reference.
+- Decode attention, global layers (one query, the whole 100K cache region): torch's FlashAttention-2
+  varlen with `seqused_k`, the number of filled rows counted ON the device, so the step stays
+  free of host syncs and replays in a CUDA graph (FA2 splits the keys over the SMs for one query,
+  as SDPA's 99 us at the 96 us KV-read floor does; plain SDPA cannot be used: it takes no length,
+  and the region's empty tail must not be attended). flashinfer 0.6.0's single_decode refuses
+  Beam's GQA group of 6. Correct because a global layer's region holds positions 0..len-1 in rows
+  0..len-1 and nothing after them (reference_model/cache.py); the build-time probe checks it.
+- Decode attention, sliding layers (one query over a 512-slot ring): torch SDPA with the boolean
+  visibility mask of the positions, the 6 query heads of a KV head folded into the query-length
+  dim (no enable_gqa needed): the mask makes it exact whatever the ring holds, and 512 keys are
+  1 MB, a few microseconds whichever backend takes it.
+- MoE experts: torch._grouped_mm (CUTLASS grouped GEMM on sm90): 442 TFLOP/s at 16384 tokens,
+  deterministic, sync-free (tasks/moe_experts.py grouped_mm_experts). With a promoted moe_experts
+  candidate it runs only above the candidate's task shapes (T > 1000): decode is the candidate's
+  (harness/optimized_model.py build_ops).
+  flashinfer's cutlass_fused_moe is not used: its fused finalize sums with atomics.
+Every attention path is probed once at build time against ops.attention on small inputs at the
+model's head sizes; a path that raises or disagrees is replaced by the reference, and the reason
+is part of the op's recorded source.
+
+Shape legend: T queries, S keys, H query heads, K kv heads, G = H/K, Dh head dim.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from harness.optimized_model import LibraryOp
+from reference_model import ops
+from reference_model.config import BeamConfig
+from tasks import moe_experts as moe_experts_task
+
+PROBE_REL_TOL = 1e-2  # normwise vs ops.attention: BF16 P @ V perturbs by about one BF16 ulp (2^-8)
+PrefillKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int | None], torch.Tensor]
+DecodeKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+# ---- the layouts the kernels need -----------------------------------------------------------------
+@dataclass(frozen=True)
+class PrefillLayout:
+    """Keys reordered into one contiguous run of positions ending at the last query's (`rows`,
+    None when they already are), queries the last T positions of that run."""
+
+    rows: torch.Tensor | None
+
+
+def prefill_layout(q_positions_T: torch.Tensor, k_positions_S: torch.Tensor) -> PrefillLayout | None:
+    """The reordering that puts the visible keys in position order (empty slots dropped), or None
+    when the keys are not one contiguous run of positions whose end is the last query (then a
+    position-order kernel with bottom-right causal alignment would compute something else)."""
+    valid_S = k_positions_S >= 0
+    n_empty = int((~valid_S).sum())
+    in_order = n_empty == 0 and bool((k_positions_S[1:] > k_positions_S[:-1]).all())
+    rows = None if in_order else torch.argsort(k_positions_S)[n_empty:]
+    kp = k_positions_S if rows is None else k_positions_S[rows]
+    T, S = q_positions_T.shape[0], kp.shape[0]
+    if S < T:
+        return None
+    first, last = int(kp[0]), int(kp[-1])
+    contiguous = last - first + 1 == S and bool((kp[1:] - kp[:-1] == 1).all())
+    queries_last = bool((q_positions_T == torch.arange(last - T + 1, last + 1, device=kp.device)).all())
+    return PrefillLayout(rows) if contiguous and queries_last else None
+
+
+# ---- kernels ------------------------------------------------------------------------------------------
+def _scale(q: torch.Tensor) -> float:
+    return 1.0 / math.sqrt(q.shape[-1])
+
+
+def flashinfer_prefill() -> PrefillKernel:
+    """flashinfer's single-request prefill, causal (bottom-right), left window W-1 on sliding layers."""
+    import flashinfer  # noqa: PLC0415 (GPU machine only; JIT-compiles on first use)
+
+    def kernel(q_THD, k_SKD, v_SKD, window):
+        return flashinfer.single_prefill_with_kv_cache(
+            q_THD, k_SKD, v_SKD, causal=True, kv_layout="NHD", window_left=-1 if window is None else window - 1
+        )
+
+    return kernel
+
+
+def torch_flash_prefill(q_THD, k_SKD, v_SKD, window):
+    """torch's FlashAttention-2, one varlen sequence: bottom-right causal, left window W-1."""
+    T, S, dev = q_THD.shape[0], k_SKD.shape[0], q_THD.device
+    cu_q = torch.tensor([0, T], dtype=torch.int32, device=dev)
+    cu_k = torch.tensor([0, S], dtype=torch.int32, device=dev)
+    left = -1 if window is None else window - 1
+    return torch.ops.aten._flash_attention_forward(
+        q_THD, k_SKD, v_SKD, cu_q, cu_k, T, S, 0.0, True, False, scale=_scale(q_THD),
+        window_size_left=left, window_size_right=0,
+    )[0]  # fmt: skip
+
+
+def torch_flash_decode(q_THD, k_SKD, v_SKD, k_positions_S):
+    """One query over the first n rows of the region, n = filled rows counted on the device."""
+    S, dev = k_SKD.shape[0], q_THD.device
+    n_filled = (k_positions_S >= 0).sum(dtype=torch.int32).reshape(1)
+    cu_q = torch.arange(2, dtype=torch.int32, device=dev)  # [0, 1], built on the device: capturable
+    return torch.ops.aten._flash_attention_forward(
+        q_THD, k_SKD, v_SKD, cu_q, cu_q * S, 1, S, 0.0, False, False, scale=_scale(q_THD), seqused_k=n_filled,
+    )[0]  # fmt: skip
+
+
+def masked_decode(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window):
+    """One query, exact visibility from the positions: SDPA with a boolean mask, GQA group folded
+    into the query-length dim ([1, K, G, Dh] queries against [1, K, S, Dh] keys)."""
+    _, H, Dh = q_THD.shape
+    K = k_SKD.shape[1]
+    kp_S, qp = k_positions_S, q_positions_T[0]
+    visible_S = (kp_S >= 0) & (kp_S <= qp)
+    if window is not None:
+        visible_S &= kp_S > qp - window
+    q4 = q_THD.view(1, K, H // K, Dh)
+    out = F.scaled_dot_product_attention(
+        q4, k_SKD.permute(1, 0, 2)[None], v_SKD.permute(1, 0, 2)[None], attn_mask=visible_S[None, None, None, :]
+    )
+    return out.reshape(1, H, Dh)
+
+
+# ---- the op ---------------------------------------------------------------------------------------------
+class LibraryAttention:
+    """ops.attention through library kernels where the layout allows it, the reference elsewhere.
+
+    decode_global: a DecodeKernel for one query on a global layer (None: the reference);
+    masked: SDPA with a mask for one query on a sliding layer (False: the reference);
+    prefill: a PrefillKernel for many queries (None: the reference).
+    """
+
+    def __init__(self, decode_global: DecodeKernel | None, masked: bool, prefill: PrefillKernel | None):
+        self.decode_global, self.masked, self.prefill = decode_global, masked, prefill
+
+    def __call__(self, q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window, query_chunk=256):
+        if q_THD.shape[0] == 1:
+            if window is None and self.decode_global is not None:
+                return self.decode_global(q_THD, k_SKD, v_SKD, k_positions_S)
+            if self.masked:
+                return masked_decode(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window)
+        elif self.prefill is not None:
+            layout = prefill_layout(q_positions_T, k_positions_S)
+            if layout is not None:
+                if layout.rows is not None:
+                    k_SKD, v_SKD = k_SKD.index_select(0, layout.rows), v_SKD.index_select(0, layout.rows)
+                return self.prefill(q_THD, k_SKD, v_SKD, window)
+        return ops.attention(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window, query_chunk)
+
+
+# ---- probing ------------------------------------------------------------------------------------------
+def _probe_cases(cfg: BeamConfig, device: torch.device) -> dict[str, list[dict]]:
+    """Small ops.attention calls shaped like the model's: a global decode region with an empty tail,
+    a full and a part-full sliding ring, a prefill chunk on top of a ring and of a global region."""
+    gen = torch.Generator(device=device).manual_seed(7)
+    H, K, Dh, W = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim, cfg.sliding_window
+
+    def rand(*shape):
+        return torch.randn(shape, generator=gen, device=device).to(torch.bfloat16)
+
+    def pos(values):
+        return torch.tensor(values, dtype=torch.int64, device=device)
+
+    # A ring after 3W + 5 tokens: slot s holds the position p = s mod W among the last W (rotated).
+    length = 3 * W + 5
+    ring_full = [3 * W + s if s < 5 else 2 * W + s for s in range(W)]
+    ring_part = [s if s < 5 else -1 for s in range(W)]  # after 5 tokens
+    n_pre = 40
+    return {
+        "decode_global": [dict(q_THD=rand(1, H, Dh), k_SKD=rand(300, K, Dh), v_SKD=rand(300, K, Dh),
+                               q_positions_T=pos([279]), k_positions_S=pos(list(range(280)) + [-1] * 20), window=None)],
+        "masked": [dict(q_THD=rand(1, H, Dh), k_SKD=rand(W, K, Dh), v_SKD=rand(W, K, Dh),
+                        q_positions_T=pos([length - 1]), k_positions_S=pos(ring_full), window=W)],
+        "prefill": [
+            dict(q_THD=rand(n_pre, H, Dh), k_SKD=rand(W + n_pre, K, Dh), v_SKD=rand(W + n_pre, K, Dh),
+                 q_positions_T=pos(range(length, length + n_pre)),
+                 k_positions_S=pos(ring_full + list(range(length, length + n_pre))), window=W),
+            dict(q_THD=rand(n_pre, H, Dh), k_SKD=rand(W + n_pre, K, Dh), v_SKD=rand(W + n_pre, K, Dh),
+                 q_positions_T=pos(range(5, 5 + n_pre)), k_positions_S=pos(ring_part + list(range(5, 5 + n_pre))),
+                 window=W),
+            dict(q_THD=rand(n_pre, H, Dh), k_SKD=rand(300, K, Dh), v_SKD=rand(300, K, Dh),
+                 q_positions_T=pos(range(260, 300)), k_positions_S=pos(range(300)), window=None),
+        ],
+    }  # fmt: skip
+
+
+def probe(op: Callable, cases: list[dict]) -> str | None:
+    """None when `op` matches ops.attention on every case within PROBE_REL_TOL, else why not."""
+    for i, case in enumerate(cases):
+        want = ops.attention(**case).double()
+        try:
+            got = op(**case)
+        except Exception as e:  # a library refusing a shape is a finding, recorded; the reference runs instead
+            return f"case {i} raised {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        if got.shape != want.shape or not torch.isfinite(got.float()).all():
+            return f"case {i}: shape {tuple(got.shape)} (want {tuple(want.shape)}) or non-finite output"
+        err = float((got.double() - want).norm() / want.norm())
+        if not err <= PROBE_REL_TOL:
+            return f"case {i}: normwise error {err:.3g} against ops.attention > {PROBE_REL_TOL}"
+    return None
+
+
+def build_attention(cfg: BeamConfig, device: torch.device) -> tuple[LibraryAttention, str, list[str]]:
+    """The attention op with every path that passes its probe; (op, name, notes on what fell back)."""
+    cases, notes = _probe_cases(cfg, device), []
+    decode = torch_flash_decode
+    if (why := probe(LibraryAttention(decode, False, None), cases["decode_global"])) is not None:
+        decode, _ = None, notes.append(f"global decode: torch flash varlen unusable ({why}); reference")
+    masked = probe(LibraryAttention(None, True, None), cases["masked"]) is None
+    if not masked:
+        notes.append("sliding decode: masked SDPA failed its probe; reference")
+    prefill, prefill_name = None, "reference"
+    try:
+        candidates = [("flashinfer", flashinfer_prefill())]
+    except ImportError as e:
+        candidates = []
+        notes.append(f"prefill: flashinfer does not import ({e})")
+    candidates.append(("torch flash", torch_flash_prefill))
+    for name, kernel in candidates:
+        why = probe(LibraryAttention(None, False, kernel), cases["prefill"])
+        if why is None:
+            prefill, prefill_name = kernel, name
+            break
+        notes.append(f"prefill: {name} unusable ({why})")
+    decode_name = (
+        f"{'flash varlen' if decode else 'reference'} (global) / {'SDPA' if masked else 'reference'} (sliding)"
+    )
+    name = f"prefill {prefill_name}; decode {decode_name}"
+    return LibraryAttention(decode, masked, prefill), name, notes
+
+
+def library_ops(device: torch.device | str, cfg: BeamConfig) -> dict[str, LibraryOp]:
+    """The library paths for a model of `cfg` on `device` (none on the CPU)."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return {}
+    attention, name, notes = build_attention(cfg, device)
+    return {
+        "attention": LibraryOp("attention", lambda _ops: attention, name, "; ".join(notes) or "every path probed ok"),
+        "moe_experts": LibraryOp(
+            "moe_experts", lambda model_ops: moe_experts_task.grouped_mm_experts(model_ops.swiglu), "torch._grouped_mm",
+            "sorted pairs, 3 grouped GEMMs, the model's SwiGLU",
+        ),
+    }  # fmt: skip

@@ -1,0 +1,191 @@
+"""Whole-model parity: the optimized model against the reference over prefill chunks and greedy decode.
+
+    ref = greedy_run(reference, chunks, steps=32)                       # free-running greedy decode
+    opt = greedy_run(optimized, chunks, steps=32, use_graph=True, forced=ref.tokens)
+    verdict = compare(ref, opt, strict=True)                             # numbers, then a verdict
+
+A run prefills the prompt in chunks (the second chunk finds the first in the cache, its sliding
+window ring part full, and wraps it), then decodes greedily. The optimized run is fed the
+reference's tokens (teacher forcing), so every one of the 32 steps compares logits of the same
+inputs; its own argmax at each step is recorded, and the greedy sequences are identical exactly
+when the two argmaxes agree at every step.
+
+What may differ, and the tolerances. Every promoted op keeps the reference's rounding points; what
+may differ is the FP32 reduction order (1-ulp BF16 flips on a fraction of an op's elements) and
+the accumulation order of BF16 GEMMs and library attention. Those perturbations do not stay small
+in a randomly initialized Beam: measured on beam-tiny (tests/test_optimized_model.py), replacing
+one op, attention, by an SDPA kernel that differs from it by 0.16% normwise (one ulp on 28% of its
+outputs) moves the decode logits by 1-2.5% normwise per step. Hence:
+  - LOGIT_REL_TOL = 2^-4 = 6.25%: the median over steps of the normwise logit error, about 3x the
+    effect of one perturbed op. A wiring error (a wrong op, weight, packed split, stride, cache
+    slot, position) moves every step's logits by O(1).
+  - ROUTING_FLIP_TOL = 0.5: any single step. Routing is discontinuous: a perturbation near a
+    selection boundary swaps an expert, which moved one step's logits by 22% in the same
+    measurement, and is as admissible as the perturbation that caused it.
+  - tokens: identical at every step (strict, the CPU test). On the GPU, where several ops differ
+    and the vocabulary is 131072 wide (the top-2 gap of a random model's logits is then often
+    below the noise), a step may differ only if it is a near tie: the reference's top-2 gap below
+    NEAR_TIE x the RMS of its logits. Such steps are listed in the verdict, never hidden.
+
+Shape legend: V vocabulary.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from reference_model.cache import KVCache
+from reference_model.config import get_config
+from reference_model.model import Beam
+
+LOGIT_REL_TOL = 2.0**-4
+ROUTING_FLIP_TOL = 0.5
+NEAR_TIE = 0.1  # the largest per-token change of admissible noise: ~4.5 x RMS over 131072 tokens x 2%
+
+
+@dataclass(frozen=True)
+class GreedyRun:
+    """FP32 logits [V] after each prefill chunk and after each decode step; `tokens` the decode inputs
+    (the argmax after the last chunk, then one per step), `argmax` the run's own argmax per step."""
+
+    chunk_logits: list[torch.Tensor]
+    step_logits: list[torch.Tensor]
+    tokens: list[int]
+    argmax: list[int]
+
+
+def greedy_run(
+    model: Beam,
+    chunks: Sequence[Sequence[int]],
+    steps: int,
+    use_graph: bool = False,
+    forced: Sequence[int] | None = None,
+) -> GreedyRun:
+    """Prefill `chunks` one after another into one sequence, then decode `steps` tokens: greedy, or
+    the tokens `forced` (another run's `tokens`); with `use_graph` (CUDA) the decode step is
+    captured once and replayed."""
+    if forced is not None and len(forced) < steps:
+        raise ValueError(f"forced tokens: need {steps}, got {len(forced)}")
+    n_prompt = sum(len(c) for c in chunks)
+    cache = KVCache(model.cfg, 1, n_prompt + steps + 1, model.device)
+    chunk_logits = [model.prefill(cache, [list(c)])[0].float().cpu() for c in chunks]
+    first = int(chunk_logits[-1].argmax()) if forced is None else int(forced[0])
+    tokens_B = torch.tensor([first], device=model.device)
+    tokens, argmax, step_logits = [first], [], []
+    replay = None
+    if use_graph:
+        from harness.model_cmd import capture_decode_graph
+
+        replay = capture_decode_graph(model, cache, tokens_B)
+    for i in range(steps):
+        if replay is None:
+            logits_V = model.decode(cache, tokens_B)[0]
+        else:
+            replay[0].replay()
+            logits_V = replay[1][0]
+        step_logits.append(logits_V.float().cpu())
+        argmax.append(int(step_logits[-1].argmax()))
+        if i + 1 < steps:
+            tokens.append(argmax[-1] if forced is None else int(forced[i + 1]))
+            tokens_B.fill_(tokens[-1])
+    return GreedyRun(chunk_logits, step_logits, tokens, argmax)
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    """||got - want|| / ||want|| in FP64."""
+    return float((got.double() - want.double()).norm() / want.double().norm())
+
+
+@dataclass(frozen=True)
+class TokenMismatch:
+    step: int
+    reference: int
+    optimized: int
+    reference_gap_rel: float  # the reference's top-2 gap / the RMS of its logits
+    near_tie: bool
+
+
+@dataclass(frozen=True)
+class ParityVerdict:
+    chunk_errors: list[float]
+    step_errors: list[float]
+    mismatches: list[TokenMismatch]
+    strict: bool
+
+    @property
+    def median_error(self) -> float:
+        return statistics.median(self.step_errors + self.chunk_errors)
+
+    @property
+    def max_error(self) -> float:
+        return max(self.chunk_errors + self.step_errors)
+
+    @property
+    def problems(self) -> list[str]:
+        out = []
+        if not self.median_error <= LOGIT_REL_TOL:
+            out.append(f"median logit error {self.median_error:.3g} > {LOGIT_REL_TOL:.3g}")
+        if not self.max_error <= ROUTING_FLIP_TOL:
+            out.append(f"max logit error {self.max_error:.3g} > {ROUTING_FLIP_TOL}")
+        for m in self.mismatches:
+            if self.strict or not m.near_tie:
+                out.append(f"step {m.step}: greedy token {m.optimized}, reference {m.reference} "
+                           f"(reference top-2 gap {m.reference_gap_rel:.3g} x RMS)")  # fmt: skip
+        return out
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        ties = [m.step for m in self.mismatches if m.near_tie]
+        return (
+            f"logits normwise error: median {self.median_error:.3g} (<= {LOGIT_REL_TOL:.3g}), max {self.max_error:.3g} "
+            f"(<= {ROUTING_FLIP_TOL}); chunks {[f'{e:.2g}' for e in self.chunk_errors]}; steps "
+            f"{[f'{e:.2g}' for e in self.step_errors]}; greedy tokens differ at {len(self.mismatches)} of "
+            f"{len(self.step_errors)} steps ({len(ties)} near ties: {ties}); "
+            + ("PASSED" if self.passed else "FAILED: " + "; ".join(self.problems))
+        )
+
+
+def compare(reference: GreedyRun, optimized: GreedyRun, strict: bool = True) -> ParityVerdict:
+    """Per-chunk and per-step logit errors of `optimized` (fed the reference's tokens) against
+    `reference`, and the steps where their greedy choices differ."""
+    if optimized.tokens != reference.tokens:
+        raise ValueError("the optimized run must be fed the reference's tokens (greedy_run(..., forced=ref.tokens))")
+    mismatches = []
+    for step, (want, got) in enumerate(zip(reference.argmax, optimized.argmax, strict=True)):
+        if want != got:
+            logits = reference.step_logits[step].double()
+            top2 = logits.topk(2).values
+            gap_rel = float((top2[0] - top2[1]) / logits.pow(2).mean().sqrt())
+            mismatches.append(TokenMismatch(step, want, got, gap_rel, gap_rel < NEAR_TIE))
+    return ParityVerdict(
+        chunk_errors=[
+            relative_error(o, r) for o, r in zip(optimized.chunk_logits, reference.chunk_logits, strict=True)
+        ],
+        step_errors=[relative_error(o, r) for o, r in zip(optimized.step_logits, reference.step_logits, strict=True)],
+        mismatches=mismatches,
+        strict=strict,
+    )
+
+
+def optimized_cpu_run(
+    preset: str, mapping: Mapping[str, str], chunks: Sequence[Sequence[int]], steps: int, seed: int, forced: list[int]
+) -> GreedyRun:
+    """A teacher-forced run of the optimized model built from an explicit task -> candidate mapping,
+    on the CPU through the Triton interpreter. Safe as the entry of a fresh (spawned) process: it
+    sets TRITON_INTERPRET before any candidate is imported, and uses one thread (runs go in parallel)."""
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+    torch.set_num_threads(1)
+    from harness import interpreter_patches, optimized_model
+
+    interpreter_patches.apply()
+    cfg = get_config(preset)
+    built = optimized_model.build_ops(optimized_model.explicit_choices(mapping), cfg, "cpu")
+    return greedy_run(optimized_model.optimized_model(cfg, built, "cpu", seed), chunks, steps, forced=forced)

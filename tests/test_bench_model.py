@@ -1,0 +1,144 @@
+"""`harness bench model`: settings, the waterfall's variants, the decode floor, kernel counting, and a
+whole run on the CPU (beam-tiny, interpreter) that writes its record, chart and summary."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from harness import bench_model, bench_model_report
+from harness.bench_model import BenchModelSettings
+from reference_model.config import get_config
+from reference_model.model import Beam, parameter_counts
+
+
+# ---- settings and variants -----------------------------------------------------------------------------
+def test_settings_refuse_bad_values_naming_them():
+    with pytest.raises(ValueError, match=r"candidates must be one of \['promoted', 'present'\]; got 'all'"):
+        BenchModelSettings(candidates="all")
+    with pytest.raises(ValueError, match=r"ops entries must read task:choice .* got \['fuse_norm'\]"):
+        BenchModelSettings(ops=("fuse_norm",))
+    with pytest.raises(ValueError, match=r"preset 'beam-huge' unknown; known: \["):
+        BenchModelSettings(preset="beam-huge")
+
+
+def test_command_reproduces_the_non_default_settings():
+    assert BenchModelSettings().command() == "python -m harness bench model"
+    s = BenchModelSettings(compile_peer=False, ops=("fuse_norm:reference", "moe_experts:routed_slots"), seed=3)
+    assert s.command() == (
+        "python -m harness bench model ops=[fuse_norm:reference,moe_experts:routed_slots] compile_peer=False seed=3"
+    )
+
+
+def test_waterfall_adds_changes_in_order_and_removes_each_in_turn():
+    changes = ["cuda_graph", "pack_qkv_gate", "library:attention", "fuse_norm"]
+    got = bench_model.variants(changes, waterfall=True, compile_peer=True)
+    names = [v.name for v in got]
+    added, removed = ["+cuda_graph", "+pack_qkv_gate", "+library:attention"], [f"-{c}" for c in changes]
+    assert names == ["reference", "reference+compile", "optimized", *added, *removed]
+    by_name = {v.name: v for v in got}
+    assert by_name["+pack_qkv_gate"].changes == ("cuda_graph", "pack_qkv_gate")
+    assert by_name["-library:attention"].changes == ("cuda_graph", "pack_qkv_gate", "fuse_norm")
+    assert by_name["optimized"].changes == tuple(changes) and by_name["reference+compile"].compiled
+    assert [v.name for v in bench_model.variants(changes, waterfall=False, compile_peer=False)] == [
+        "reference", "optimized"]  # fmt: skip
+
+
+def test_available_changes_follow_the_change_order():
+    choices = {"moe_experts": None, "fuse_norm": None}
+    got = bench_model.available_changes(choices, {"attention": None}, on_gpu=True)
+    assert got == ["cuda_graph", "pack_qkv_gate", "library:attention", "fuse_norm", "moe_experts"]
+    assert "cuda_graph" not in bench_model.available_changes(choices, {}, on_gpu=False)
+
+
+# ---- the floor ------------------------------------------------------------------------------------------
+def test_decode_floor_bytes_agree_with_the_parameter_count_of_beam_slice():
+    """Counted two ways: part by part from the config, and from a meta-device model's active
+    parameters (BF16 except the FP32 routers) plus one embedding row and the KV cache."""
+    cfg, context = get_config("beam-slice"), 100_352
+    floor = bench_model_report.decode_floor_bytes(cfg, context)
+    counts = parameter_counts(Beam(cfg, device="meta"))
+    router = counts.by_part["router"]
+    weights = (counts.active - router) * 2 + router * 4 + cfg.hidden * 2
+    kv = (
+        context * 2 * cfg.n_kv_heads * cfg.head_dim * 2 + 5 * cfg.sliding_window * 2 * cfg.n_kv_heads * cfg.head_dim * 2
+    )
+    assert floor["total"] == weights + kv
+    assert floor["chosen_experts"] == 3 * (8 * 3 * 2560 * 5120 * 2 + 2 * 5120 * 2)  # 3 MoE layers, 8 of 256 experts
+    assert 6.5e9 < floor["total"] < 7.0e9  # ~1.6 ms at the 4275 GB/s copy ceiling of TOOLCHAIN.md
+
+
+# ---- kernel counts --------------------------------------------------------------------------------------
+def _event(name, kernels=(), children=()):
+    return SimpleNamespace(name=name, kernels=[SimpleNamespace(name=k) for k in kernels], cpu_children=list(children))
+
+
+def test_kernels_are_counted_inside_each_sublayer_range_and_summed_per_layer():
+    cfg = get_config("beam-tiny")
+    events = []
+    for layer in range(cfg.n_layers):
+        ffn = "moe" if cfg.is_moe(layer) else "mlp"
+        gemm = _event("aten::mm", ["sm90_gemm"])
+        attn = _event(f"L{layer}.attention", ["triton_qk_norm_rope"], [gemm, _event("aten::copy_", ["Memcpy DtoD"])])
+        mlp = _event(f"L{layer}.{ffn}", [], [_event("aten::mm", ["gemm"] * (3 if ffn == "moe" else 2))])
+        events += [attn, gemm, mlp]
+    counts = bench_model_report.kernels_per_range(events, on_cuda=True)
+    assert counts["L0.attention"] == {"kernels": 2, "copies": 1}
+    summary = bench_model_report.per_layer(counts, cfg)
+    assert summary["per_moe_layer"] == 5 and summary["per_dense_layer"] == 4
+    assert [row["total"] for row in summary["layers"]] == [4, 4, 4, 5, 5, 5]
+    del counts["L4.moe"]
+    with pytest.raises(ValueError, match="no range L4.attention or L4.moe"):
+        bench_model_report.per_layer(counts, cfg)
+
+
+# ---- a whole run on the CPU -------------------------------------------------------------------------------
+def test_bench_model_runs_on_cpu_and_writes_record_chart_and_summary(tmp_path, capsys):
+    settings = BenchModelSettings(ops=("output_gate:head_rows",), results_dir=str(tmp_path / "no-promotions"),
+                                  out=str(tmp_path / "out"))  # fmt: skip
+    assert bench_model.bench(settings) == 0
+    lines = (tmp_path / "out" / "records.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record["preset"] == "beam-tiny" and record["timings_meaningful"] is False and record["floor"] is None
+    assert record["command"] == settings.command() and record["environment"]["torch"] == torch.__version__
+    names = [v["name"] for v in record["variants"]]
+    assert names == ["reference", "optimized", "+pack_qkv_gate", "-pack_qkv_gate", "-output_gate"]
+    for v in record["variants"]:
+        assert v["errors"] == [] and v["decode_ms"] > 0 and v["prefill_ms"] > 0, v
+        assert v["decode_logits_err"] < 2**-4, v  # the same function: only reduction orders may differ
+    sources = {s["field"]: s for s in record["sources"]}
+    assert sources["output_gate"]["kind"] == "candidate" and sources["output_gate"]["name"] == "output_gate/head_rows"
+    assert sources["attention"]["kind"] == "reference"  # no library paths on the CPU
+    counts = record["kernel_counts"]["reference"]
+    assert len(counts["layers"]) == 6 and counts["per_moe_layer"] > counts["per_dense_layer"] > 0
+    chart = tmp_path / "out" / f"{record['run_id']}_waterfall.png"
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    summary = (tmp_path / "out" / f"{record['run_id']}.md").read_text()
+    assert f"]({chart.name})" in summary and "not meaningful" in summary
+    out = capsys.readouterr().out
+    assert "timings NOT meaningful" in out and "-output_gate" in out
+
+
+def test_an_unknown_task_in_ops_names_the_known_ones(tmp_path):
+    settings = BenchModelSettings(ops=("output_gates:reference",), out=str(tmp_path))
+    with pytest.raises(ValueError, match=r"task 'output_gates' unknown; known: \["):
+        bench_model.choose_candidates(settings)
+
+
+# ---- on the GPU machine ------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_bench_model_gpu_path_on_a_small_preset(tmp_path):
+    """The GPU-only parts on beam-tiny (fast): decode graphs, kernel events per range, the floor from
+    a measured bandwidth, the library paths. The full beam-slice run is `harness bench model`."""
+    settings = BenchModelSettings(preset="beam-tiny", context=256, decode_steps=4, prefill_seqs=2, prefill_len=32,
+                                  candidates="present", compile_peer=False, out=str(tmp_path))  # fmt: skip
+    assert bench_model.bench(settings) == 0
+    record = json.loads((tmp_path / "records.jsonl").read_text())
+    assert record["timings_meaningful"] and record["floor"]["ms"] > 0
+    assert record["kernel_counts"]["optimized"]["per_moe_layer"] > 0
+    assert {v["name"] for v in record["variants"]} >= {"reference", "optimized", "-cuda_graph", "+cuda_graph"}
+    assert all(v["decode_logits_err"] < 2**-4 for v in record["variants"])

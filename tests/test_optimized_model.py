@@ -1,0 +1,364 @@
+"""The optimized model: candidate choices and their hash checks, promotion records, strided inputs,
+swapping ops on one model, the library attention's layouts, whole-model parity on beam-tiny (every
+candidate present, through the interpreter) and beam-slice (GPU), and the reference's golden logits.
+
+Regenerate the golden file after a deliberate change of the reference model (and say why in the
+commit): BEAM_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/test_optimized_model.py -k golden
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import library_paths, model_parity, optimized_model
+from harness.candidates import content_hash
+from harness.optimized_model import CandidateChoice, StaleCandidateError
+from harness.records import PROMOTIONS_FILE, PromotionRecord, append
+from reference_model import ops
+from reference_model.cache import KVCache
+from reference_model.config import get_config
+from reference_model.ops import REFERENCE_OPS
+from reference_model.weights import random_model
+
+CPU = torch.device("cpu")
+TINY = get_config("beam-tiny")
+REPO = Path(__file__).resolve().parent.parent
+GOLDEN = Path(__file__).resolve().parent / "golden" / "beam_tiny_reference.json"
+OUTPUT_GATE = REPO / "candidate_kernels" / "output_gate" / "head_rows.py"
+DECODE_STEPS = 32
+SEED = 0
+
+
+def _prompt_chunks(cfg, lengths: tuple[int, ...]) -> list[list[int]]:
+    gen = torch.Generator().manual_seed(1)
+    prompt = torch.randint(cfg.vocab_size, (sum(lengths),), generator=gen).tolist()
+    out, start = [], 0
+    for n in lengths:
+        out.append(prompt[start : start + n])
+        start += n
+    return out
+
+
+# Two chunks: the second finds the first in the cache, its ring part full (window 8), then wraps.
+TINY_CHUNKS = _prompt_chunks(TINY, (11, 6))
+
+
+@pytest.fixture(scope="module")
+def reference_run() -> model_parity.GreedyRun:
+    return model_parity.greedy_run(random_model(TINY, SEED, CPU), TINY_CHUNKS, DECODE_STEPS)
+
+
+def _choice(path: Path, task: str = "output_gate", digest: str | None = None) -> CandidateChoice:
+    return CandidateChoice(task, path, digest or content_hash(path.read_bytes()), "explicit")
+
+
+# ---- choices and hashes ----------------------------------------------------------------------------
+def test_a_changed_candidate_is_refused_naming_task_and_both_hashes(tmp_path):
+    copy = tmp_path / "head_rows.py"
+    copy.write_bytes(OUTPUT_GATE.read_bytes())
+    choice = _choice(copy)
+    copy.write_bytes(OUTPUT_GATE.read_bytes() + b"\n# edited after promotion\n")
+    found = content_hash(copy.read_bytes())
+    with pytest.raises(StaleCandidateError) as err:
+        optimized_model.build_ops({"output_gate": choice}, TINY, CPU)
+    message = str(err.value)
+    assert "task 'output_gate'" in message and choice.content_hash in message and found in message
+
+
+def test_a_missing_candidate_is_refused_naming_task_and_hash(tmp_path):
+    choice = CandidateChoice("output_gate", tmp_path / "gone.py", "ab" * 32, "explicit")
+    with pytest.raises(StaleCandidateError, match=r"task 'output_gate'.*does not exist.*(ab){32}"):
+        optimized_model.build_ops({"output_gate": choice}, TINY, CPU)
+
+
+def test_unknown_task_in_an_explicit_mapping_names_the_known_ones():
+    with pytest.raises(ValueError, match=r"task 'fuse_norms' unknown; known: \["):
+        optimized_model.explicit_choices({"fuse_norms": "row_per_program"})
+
+
+def _promotion(task: str, path: str, digest: str, action: str = "promote") -> PromotionRecord:
+    return PromotionRecord(task=task, action=action, candidate=Path(path).stem, path=path, content_hash=digest,
+                           run_id="run-1", evidence=["rec-1"], reason="test", speedups={}, environment={})  # fmt: skip
+
+
+def test_promotion_records_choose_the_candidate_and_a_withdrawal_removes_it(tmp_path):
+    rel = str(OUTPUT_GATE.relative_to(REPO))
+    promotions = tmp_path / "output_gate" / PROMOTIONS_FILE
+    record = _promotion("output_gate", rel, content_hash(OUTPUT_GATE.read_bytes()))
+    append(promotions, record)
+    chosen = optimized_model.promoted_choices(tmp_path)
+    assert set(chosen) == {"output_gate"}
+    assert chosen["output_gate"].path == OUTPUT_GATE and record.promotion_id in chosen["output_gate"].origin
+    built = optimized_model.build_ops(chosen, TINY, CPU)
+    assert built.source("output_gate").kind == "candidate" and built.pack_qkv_gate
+    assert built.ops.output_gate is not ops.output_gate and built.ops.qk_norm_rope is ops.qk_norm_rope
+    append(promotions, _promotion("output_gate", rel, record.content_hash, action="withdraw"))
+    assert optimized_model.promoted_choices(tmp_path) == {}
+
+
+def test_a_stale_promotion_fails_the_build(tmp_path):
+    append(tmp_path / "output_gate" / PROMOTIONS_FILE, _promotion("output_gate", str(OUTPUT_GATE), "cd" * 32))
+    with pytest.raises(StaleCandidateError, match=r"task 'output_gate'.*expected (cd){32}"):
+        optimized_model.build_ops(optimized_model.promoted_choices(tmp_path), TINY, CPU)
+
+
+# ---- token ranges: a candidate runs where its promotion measured it ------------------------------------
+def test_a_candidate_measured_up_to_1000_tokens_hands_larger_calls_to_the_library_or_the_reference():
+    calls = []
+
+    def library_experts(**kwargs):
+        calls.append(kwargs["x_TD"].shape[0])
+        return ops.moe_experts(**kwargs)
+
+    library = {"moe_experts": optimized_model.LibraryOp("moe_experts", lambda _ops: library_experts, "lib", "test")}
+    choices = optimized_model.explicit_choices({"moe_experts": "routed_slots", "router_gemm": "splitk_bf16x3"})
+    built = optimized_model.build_ops(choices, TINY, CPU, library)
+    assert optimized_model.measured_tokens("moe_experts") == 1000
+    experts, router = built.source("moe_experts"), built.source("router_logits")
+    assert experts.kind == "candidate+library" and "T <= 1000" in experts.detail and "lib" in experts.name
+    assert router.kind == "candidate" and "above: the reference" in router.detail
+    task = optimized_model.get_task("moe_experts")
+    small = task.make_inputs(task.shape("tiny T=3", CPU), 0, CPU)
+    built.ops.moe_experts(**small)
+    assert calls == []  # 3 tokens: the candidate
+    big = dict(small, x_TD=small["x_TD"][[0]].expand(1001, -1).contiguous())
+    big |= {"weights_Tk": small["weights_Tk"][[0]].expand(1001, -1), "ids_Tk": small["ids_Tk"][[0]].expand(1001, -1)}
+    built.ops.moe_experts(**big)
+    assert calls == [1001]
+    x = torch.randn(1001, TINY.hidden).to(torch.bfloat16)
+    w = torch.randn(TINY.n_experts, TINY.hidden) / TINY.hidden**0.5
+    assert torch.equal(built.ops.router_logits(x, w), ops.router_logits(x, w))  # above 1000: the reference itself
+
+
+# ---- strided views of the packed projection ---------------------------------------------------------
+STRIDE_IGNORING_GATE = """
+import torch
+
+CANDIDATE = {"author": "human", "model": None, "parent": None, "idea": "reads g as if contiguous (a test fixture)"}
+
+
+def output_gate(o_THD, g_THD, bias_H):
+    T, H, Dh = g_THD.shape
+    g = torch.as_strided(g_THD, (T, H, Dh), (H * Dh, Dh, 1))  # wrong for a view with row stride N
+    return (o_THD.float() * torch.sigmoid(g.float() + bias_H.float()[None, :, None])).to(torch.bfloat16)
+"""
+
+
+def test_present_candidates_honour_strides_and_one_that_does_not_gets_contiguous_inputs(tmp_path):
+    present = optimized_model.present_candidates()
+    for task in optimized_model.STRIDED_VIEW_ARGS:
+        for name in present[task]:
+            fn = optimized_model.load_candidate_op(optimized_model.explicit_choices({task: name})[task])
+            assert optimized_model.honours_strides(task, fn, TINY, CPU), f"{task}/{name} ignores input strides"
+    bad = tmp_path / "ignores_strides.py"
+    bad.write_text(STRIDE_IGNORING_GATE)
+    fn = optimized_model.load_candidate_op(_choice(bad))
+    assert not optimized_model.honours_strides("output_gate", fn, TINY, CPU)
+    built = optimized_model.build_ops({"output_gate": _choice(bad)}, TINY, CPU)
+    assert "ignores input strides" in built.source("output_gate").detail
+    qkvg = torch.randn(3, TINY.qkv_gate_size).to(torch.bfloat16)
+    g = qkvg[:, -TINY.q_size :].view(3, TINY.n_heads, TINY.head_dim)
+    o, bias = torch.randn(3, TINY.n_heads, TINY.head_dim).to(torch.bfloat16), torch.randn(TINY.n_heads)
+    assert torch.equal(built.ops.output_gate(o, g, bias), ops.output_gate(o, g, bias))
+
+
+# ---- one model, ops swapped -----------------------------------------------------------------------
+def test_a_packed_model_with_swapped_ops_computes_the_reference(reference_run):
+    """The waterfall's mechanism: one model built packed, its ops swapped and its packing switched off,
+    decodes bit for bit like a plainly built reference model (same seeded weights)."""
+    model = random_model(TINY, SEED, CPU, pack_qkv_gate=True)
+    built = optimized_model.build_ops(optimized_model.explicit_choices({"output_gate": "head_rows"}), TINY, CPU)
+    optimized_model.set_ops(model, built.ops)
+    assert all(m.ops is built.ops for m in model.modules() if hasattr(m, "ops"))
+    optimized_model.set_ops(model, REFERENCE_OPS)
+    optimized_model.set_packed(model, False)
+    run = model_parity.greedy_run(model, TINY_CHUNKS, 4)
+    assert run.tokens == reference_run.tokens[:4] and run.argmax == reference_run.argmax[:4]
+    assert all(torch.equal(a, b) for a, b in zip(run.step_logits, reference_run.step_logits[:4], strict=True))
+    optimized_model.set_packed(model, True)
+    assert all(m.w_qkvg is not None for m in model.modules() if hasattr(m, "w_qkvg"))
+    with pytest.raises(ValueError, match="pack_qkv_gate=True"):
+        optimized_model.set_packed(random_model(TINY, SEED, CPU), True)
+
+
+# ---- the library attention's layouts, with stand-in kernels on the CPU --------------------------------
+def _stand_in_prefill(q_THD, k_SKD, v_SKD, window):
+    """The contract of a position-order prefill kernel (keys = one run of positions ending at the last
+    query's; bottom-right causal; left window), computed by ops.attention."""
+    S, T = k_SKD.shape[0], q_THD.shape[0]
+    return ops.attention(q_THD, k_SKD, v_SKD, torch.arange(S - T, S), torch.arange(S), window)
+
+
+def _stand_in_decode(q_THD, k_SKD, v_SKD, k_positions_S):
+    """The contract of the flash-varlen decode: one query over the first n filled rows."""
+    n = int((k_positions_S >= 0).sum())
+    return ops.attention(q_THD, k_SKD[:n], v_SKD[:n], torch.tensor([n - 1]), torch.arange(n), None)
+
+
+def test_library_attention_layouts_reproduce_the_reference_in_the_model(reference_run):
+    """Ring copies sorted by position with empty slots dropped, the global region's prefix, masked
+    decode on rotated rings: the whole model with these paths gives the reference's greedy tokens."""
+    attention = library_paths.LibraryAttention(_stand_in_decode, True, _stand_in_prefill)
+    model = random_model(TINY, SEED, CPU, ops=ops.ModelOps(attention=attention))
+    run = model_parity.greedy_run(model, TINY_CHUNKS, DECODE_STEPS, forced=reference_run.tokens)
+    verdict = model_parity.compare(reference_run, run)
+    assert verdict.passed, verdict.summary()
+    cases = library_paths._probe_cases(TINY, CPU)
+    assert library_paths.probe(attention, cases["prefill"] + cases["decode_global"] + cases["masked"]) is None
+
+
+def test_prefill_layout_refuses_keys_that_are_not_one_run_ending_at_the_last_query():
+    q = torch.arange(10, 14)
+    assert library_paths.prefill_layout(q, torch.arange(0, 14)).rows is None  # in order already
+    ring = torch.tensor([8, 9, -1, -1, 6, 7])  # rotated, two empty slots
+    layout = library_paths.prefill_layout(q, torch.cat([ring, q]))
+    assert torch.equal(torch.cat([ring, q])[layout.rows], torch.arange(6, 14))
+    assert library_paths.prefill_layout(q, torch.tensor([0, 1, 3, 10, 11, 12, 13])) is None  # a gap
+    assert library_paths.prefill_layout(q, torch.arange(0, 15)) is None  # keys beyond the last query
+    assert library_paths.prefill_layout(q, torch.arange(0, 3)) is None  # fewer keys than queries
+
+
+def test_a_wrong_kernel_fails_its_probe_with_the_error_size():
+    def top_left_causal(q_THD, k_SKD, v_SKD, window):
+        return ops.attention(q_THD, k_SKD, v_SKD, torch.arange(q_THD.shape[0]), torch.arange(k_SKD.shape[0]), window)
+
+    why = library_paths.probe(library_paths.LibraryAttention(None, False, top_left_causal),
+                              library_paths._probe_cases(TINY, CPU)["prefill"])  # fmt: skip
+    assert why is not None and why.startswith("case 0: normwise error")
+
+
+# ---- whole-model parity on beam-tiny, every candidate present -------------------------------------------
+def _mappings() -> list[dict[str, str]]:
+    """Mapping 0: every task's first candidate (the whole optimized model); mapping i > 0: the i-th
+    candidate of the tasks that have one, the reference elsewhere. Every file present is in one."""
+    present = {t: names for t, names in optimized_model.present_candidates().items() if names}
+    width = max(len(names) for names in present.values())
+    return [{t: names[i] for t, names in present.items() if i < len(names)} for i in range(width)]
+
+
+@pytest.mark.slow
+def test_optimized_beam_tiny_matches_the_reference_with_every_candidate(reference_run):
+    """Prefill in two chunks and 32 decode steps through the Triton interpreter, one child process
+    per mapping, in parallel (the whole model: about two minutes on two cores)."""
+    mappings = _mappings()
+    assert {t for m in mappings for t in m} >= {"fuse_norm", "output_gate", "moe_experts"}
+    context = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=min(len(mappings), os.cpu_count() or 1), mp_context=context) as pool:
+        futures = [pool.submit(model_parity.optimized_cpu_run, TINY.name, m, TINY_CHUNKS, DECODE_STEPS, SEED,
+                               reference_run.tokens) for m in mappings]  # fmt: skip
+        runs = [f.result() for f in futures]
+    for mapping, run in zip(mappings, runs, strict=True):
+        verdict = model_parity.compare(reference_run, run)
+        assert verdict.passed, f"{mapping}: {verdict.summary()}"
+
+
+# ---- the reference's golden logits -----------------------------------------------------------------------
+GOLDEN_INDICES = (0, 1, 191, 383)
+GOLDEN_REL_TOL = 1e-5  # same torch on another CPU may reorder an FP32 sum; a changed eps moves logits by ~3%
+
+
+def _summary(logits_V: torch.Tensor) -> dict:
+    x = logits_V.double()
+    top2 = x.topk(2).values
+    return {"argmax": int(x.argmax()), "mean": float(x.mean()), "std": float(x.std()),
+            "logsumexp": float(x.logsumexp(0)), "top2_gap": float(top2[0] - top2[1]),
+            "values": [float(x[i]) for i in GOLDEN_INDICES]}  # fmt: skip
+
+
+def test_reference_logits_match_the_golden_summary(reference_run):
+    """A silent change to the reference model (an eps, a rounding point, a residual coefficient, the
+    routing) changes these numbers: checked when written by editing ops.py's eps and a rounding point."""
+    got = {
+        "preset": TINY.name, "seed": SEED, "chunks": TINY_CHUNKS, "decode_steps": DECODE_STEPS,
+        "tokens": reference_run.tokens,
+        "chunk_logits": [_summary(x) for x in reference_run.chunk_logits],
+        "step_logits": [_summary(x) for x in reference_run.step_logits],
+    }  # fmt: skip
+    if os.environ.get("BEAM_WRITE_GOLDEN") == "1":
+        GOLDEN.parent.mkdir(exist_ok=True)
+        GOLDEN.write_text(json.dumps(got, indent=1) + "\n")
+        pytest.skip(f"wrote {GOLDEN}")
+    want = json.loads(GOLDEN.read_text())
+    assert got["tokens"] == want["tokens"], "greedy tokens of the reference changed"
+    for kind in ("chunk_logits", "step_logits"):
+        for i, (g, w) in enumerate(zip(got[kind], want[kind], strict=True)):
+            assert g["argmax"] == w["argmax"], f"{kind}[{i}] argmax"
+            for key in ("mean", "std", "logsumexp", "top2_gap"):
+                assert g[key] == pytest.approx(w[key], rel=GOLDEN_REL_TOL, abs=1e-6), f"{kind}[{i}] {key}"
+            assert g["values"] == pytest.approx(w["values"], rel=GOLDEN_REL_TOL, abs=1e-6), f"{kind}[{i}] values"
+
+
+# ---- on the GPU machine: beam-slice ------------------------------------------------------------------------
+SLICE_CHUNKS_LENGTHS = (400, 300)  # the second chunk finds a part-full ring; the ring wraps within it
+
+
+@pytest.fixture(scope="module")
+def slice_model():
+    """ONE beam-slice model (66 GB), packed; the reference is the same model with reference ops, unpacked."""
+    cfg = get_config("beam-slice")
+    model = random_model(cfg, SEED, "cuda", pack_qkv_gate=True)
+    optimized_model.set_ops(model, REFERENCE_OPS)
+    optimized_model.set_packed(model, False)
+    chunks = _prompt_chunks(cfg, SLICE_CHUNKS_LENGTHS)
+    reference = model_parity.greedy_run(model, chunks, DECODE_STEPS)
+    return model, chunks, reference
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("choose", ["promoted", "present"])
+def test_optimized_beam_slice_matches_the_reference_on_cuda(slice_model, choose):
+    """The optimized model (promoted candidates, or every task's first file; library paths; packed;
+    decode replayed from a CUDA graph) against the eager reference."""
+    model, chunks, reference = slice_model
+    cfg = model.cfg
+    if choose == "promoted":
+        choices = optimized_model.promoted_choices()
+    else:
+        present = optimized_model.present_candidates()
+        choices = optimized_model.explicit_choices({t: names[0] for t, names in present.items() if names})
+    built = optimized_model.build_ops(choices, cfg, "cuda", library_paths.library_ops("cuda", cfg))
+    print(f"optimized model ({choose}):\n{built.describe()}")
+    optimized_model.set_ops(model, built.ops)
+    optimized_model.set_packed(model, True)
+    try:
+        run = model_parity.greedy_run(model, chunks, DECODE_STEPS, use_graph=True, forced=reference.tokens)
+    finally:
+        optimized_model.set_ops(model, REFERENCE_OPS)
+        optimized_model.set_packed(model, False)
+    verdict = model_parity.compare(reference, run, strict=False)
+    print(verdict.summary())
+    assert verdict.passed, verdict.summary()
+
+
+@pytest.mark.gpu
+def test_every_library_attention_path_passes_its_probe_on_cuda():
+    cfg = get_config("beam-slice")
+    _, name, notes = library_paths.build_attention(cfg, torch.device("cuda"))
+    print(name)
+    assert not notes, f"library attention fell back: {notes}"
+
+
+@pytest.mark.gpu
+def test_decode_attention_paths_are_graph_capturable_on_cuda():
+    """One decode step of a small model with the library paths, captured and replayed: same logits."""
+    from harness.model_cmd import capture_decode_graph
+
+    cfg = TINY.replace(name="beam-tiny", head_dim=64)  # flash kernels need head_dim % 8 == 0 and >= 32
+    built = optimized_model.build_ops({}, cfg, "cuda", library_paths.library_ops("cuda", cfg))
+    model = random_model(cfg, SEED, "cuda", ops=built.ops, pack_qkv_gate=True)
+    cache = KVCache(cfg, 1, 64, "cuda")
+    model.prefill(cache, [list(range(20))])
+    tokens_B = torch.tensor([3], device="cuda")
+    snap = cache.snapshot()
+    eager = model.decode(cache, tokens_B).clone()
+    cache.restore(snap)
+    graph, logits_BV = capture_decode_graph(model, cache, tokens_B)
+    graph.replay()
+    torch.testing.assert_close(logits_BV, eager, rtol=0, atol=0)
