@@ -112,6 +112,10 @@ def task_names(settings: NightlySettings) -> list[str]:
     unknown = [n for n in names if n not in TASKS]
     if unknown:
         raise runner.UsageError(f"task(s) {unknown} unknown; known: {sorted(TASKS)}")
+    if settings.shapes:  # every task must know them: say so now, not as one failed item per task
+        device = runner.resolve_device(settings.device)
+        for name in names:
+            runner.select_shapes(TASKS[name], device, settings.shapes)
     return names
 
 
@@ -315,6 +319,7 @@ def verdict_line(done: list[ItemRecord], wanted: list[str], not_done: list[str])
 
 
 def main(settings: NightlySettings) -> int:
+    settings = dataclasses.replace(settings, run=settings.run_name)  # the date, fixed once: midnight may pass
     try:
         tasks = task_names(settings)
         items = items_of(settings, tasks)

@@ -26,6 +26,7 @@ from harness.report_chart import SpeedupPoint, speedup_chart
 from harness.report_doc import Block, Bullets, Chart, Diff, Heading, Para, Table, render_html, render_markdown
 
 CHANGE_KINDS = ("added", "modified", "renamed", "deleted", "given")
+PR_COMMENT_MAX_CHARS = 65_000  # GitHub refuses a comment over 65,536 characters
 ENVIRONMENT_KEYS = ("device", "driver", "cuda", "torch", "triton", "flashinfer", "python", "host", "git_commit",
                     "git_dirty")  # fmt: skip
 
@@ -307,8 +308,8 @@ def task_section(t: TaskReview, checks: Sequence[tuple[str, str]]) -> list[Block
     first = t.records[0] if t.records else None
     if first is not None:
         shapes = ", ".join(f"`{s}`" for s in dict.fromkeys(r.shape_label for r in t.records))
-        blocks.append(Para(f"Run `{t.run_id}` on {first.environment.get('device', first.device)} ({first.policy} "
-                           f"parity policy), seeds {first.seeds}, shapes {shapes}."))  # fmt: skip
+        blocks.append(Para(f"Run `{t.run_id}` on {first.environment.get('device', first.device)}, {first.policy} "
+                           f"parity policy, seeds {first.seeds}, shapes {shapes}."))  # fmt: skip
     p = t.promoted
     if p is None:
         blocks.append(Para("Promoted before this review: none."))
@@ -357,8 +358,19 @@ def review_blocks(review: Review) -> list[Block]:
     return blocks
 
 
-def review_markdown(review: Review) -> str:
-    return render_markdown(review_blocks(review))
+def review_markdown(review: Review, max_chars: int = PR_COMMENT_MAX_CHARS) -> str:
+    """The PR comment. Past `max_chars` the diffs give way to a pointer to the HTML page, then the text is cut."""
+    blocks = review_blocks(review)
+    text = render_markdown(blocks)
+    if len(text) <= max_chars:
+        return text
+    slim = [Para(f"_{b.title}: in the HTML report (the comment would pass GitHub's size limit)._")
+            if isinstance(b, Diff) else b for b in blocks]  # fmt: skip
+    text = render_markdown(slim)
+    if len(text) <= max_chars:
+        return text
+    note = "\n\n_... cut at GitHub's comment size limit; the whole report is in review.html._\n"
+    return text[: max_chars - len(note)] + note
 
 
 def review_charts(review: Review) -> dict[str, bytes]:

@@ -41,8 +41,8 @@ def _task_blocks(r: ItemRecord) -> list[Block]:
     if "error" in d:
         return blocks + [Para(f"**The evaluation failed**: {d['error']}", cls="verdict reject")]
     shapes = ", ".join(f"`{s}`" for s in d.get("shapes", [])) or "none (nothing to evaluate)"
-    blocks.append(Para(f"Run `{d.get('evaluation_run')}` on {d.get('environment', {}).get('device', d.get('device'))} "
-                       f"({d.get('policy')} parity policy), shapes {shapes}; {r.wall_s:.1f} s."))  # fmt: skip
+    blocks.append(Para(f"Run `{d.get('evaluation_run')}` on {d.get('environment', {}).get('device', d.get('device'))}, "
+                       f"{d.get('policy')} parity policy, shapes {shapes}; {r.wall_s:.1f} s."))  # fmt: skip
     before = d.get("promoted_before")
     if before:
         blocks.append(Para(f"Promoted when the run started: `{before['candidate']}` (`{short(before['hash'])}`, "

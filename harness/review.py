@@ -110,6 +110,9 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
             o = old.get(r.shape_label)
             if r.timing is not None and o is not None and o.timing is not None:
                 against[r.shape_label] = compare_same_run(r.timing, o.timing)
+    unchecked = ""
+    if _replaces_promoted(c, promoted) and not promoted_name:
+        unchecked = "; the promoted version it replaces was not evaluated beside it, so no regression check ran"
     slower = {s: cmp for s, cmp in against.items() if cmp.verdict == "regression"}
     if slower:
         shape, cmp = next(iter(slower.items()))
@@ -119,15 +122,16 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
     if all(r.timing is None for r in rows):
         skipped = rows[0].timing_skipped or "no timing"
         why = f"parity passed on every shape ({rows[0].policy} policy); not promotable without GPU timings ({skipped})"
-        return Verdict(c.path, "reject", why, True, "", against)
+        return Verdict(c.path, "reject", why + unchecked, True, "", against)
     if decision is not None and decision.action == "promote" and decision.content_hash == c.content_hash:
-        return Verdict(c.path, "promote", decision.reason, True, "", against)
+        return Verdict(c.path, "promote", decision.reason + unchecked, True, "", against)
     a = by_hash.get(c.content_hash)
     if a is not None and not a.eligible:
         more = f" (and {len(a.reasons) - 3} more)" if len(a.reasons) > 3 else ""
-        return Verdict(c.path, "reject", "; ".join(a.reasons[:3]) + more, True, "", against)
+        return Verdict(c.path, "reject", "; ".join(a.reasons[:3]) + more + unchecked, True, "", against)
     score = f" (geomean of worst speedups {a.score:.3f}x)" if a is not None and a.score else ""
-    return Verdict(c.path, "reject", f"eligible{score}, but not promoted: {decide_reason}", True, "", against)
+    why = f"eligible{score}, but not promoted: {decide_reason}"
+    return Verdict(c.path, "reject", why + unchecked, True, "", against)
 
 
 def gate_of(tasks: Sequence[TaskReview]) -> Gate:
@@ -193,24 +197,26 @@ def _materialize(repo: Path, rel: str, data: bytes, tmp: Path) -> Path:
     return copy
 
 
-def _parent_source(repo: Path, base: str | None, task: str, parent: str) -> tuple[str, bytes] | None:
-    """The parent a CANDIDATE dict names (a file stem, or a content-hash prefix): at base, else in the tree."""
+def _parent_source(repo: Path, base: str | None, task: str, parent: str) -> tuple[str, str, bytes] | None:
+    """The parent a CANDIDATE dict names (a file stem, or a content-hash prefix), at base, else in the
+    tree: (a label for the report, its repository path, its bytes), or None."""
     folder = f"{review_git.CANDIDATES_FOLDER}/{task}"
     stem = parent.removesuffix(".py")
     if "/" not in stem:
-        if base is not None and (data := review_git.show(repo, base, f"{folder}/{stem}.py")) is not None:
-            return f"`{stem}.py` (its parent) at `{base}`", data
-        if (repo / folder / f"{stem}.py").is_file():
-            return f"`{stem}.py` (its parent, working tree)", (repo / folder / f"{stem}.py").read_bytes()
+        rel = f"{folder}/{stem}.py"
+        if base is not None and (data := review_git.show(repo, base, rel)) is not None:
+            return f"`{stem}.py` (its parent) at `{base}`", rel, data
+        if (repo / rel).is_file():
+            return f"`{stem}.py` (its parent, working tree)", rel, (repo / rel).read_bytes()
     if re.fullmatch(r"[0-9a-f]{8,64}", parent):
         if base is not None:
             for name in review_git.files_at(repo, base, folder):
                 data = review_git.show(repo, base, f"{folder}/{name}")
                 if data is not None and candidate_files.content_hash(data).startswith(parent):
-                    return f"`{name}` (its parent, by hash) at `{base}`", data
+                    return f"`{name}` (its parent, by hash) at `{base}`", f"{folder}/{name}", data
         for p in sorted((repo / folder).glob("*.py")):
             if candidate_files.content_hash(p.read_bytes()).startswith(parent):
-                return f"`{p.name}` (its parent, by hash, working tree)", p.read_bytes()
+                return f"`{p.name}` (its parent, by hash, working tree)", f"{folder}/{p.name}", p.read_bytes()
     return None
 
 
@@ -224,7 +230,8 @@ def _diff_fields(repo: Path, base: str | None, task: str, rel: str, data: bytes,
     if parent:
         found = _parent_source(repo, base, task, parent)
         if found is not None:
-            return {"diff_against": found[0], "diff": unified_diff(found[1], data, f"a/{parent}", f"b/{rel}")}
+            label, parent_rel, parent_data = found
+            return {"diff_against": label, "diff": unified_diff(parent_data, data, f"a/{parent_rel}", f"b/{rel}")}
         note = f"Its parent `{parent}` was found neither at {f'`{base}`' if base else 'git HEAD'} nor in the " \
                "working tree; the whole file is shown."  # fmt: skip
     else:

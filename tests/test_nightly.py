@@ -167,6 +167,8 @@ def test_a_promoted_kernel_replaced_by_a_failing_file_fails_the_night(tmp_path, 
 def test_bad_input_is_refused_with_the_reason(tmp_path, capsys, monkeypatch):
     assert nightly.main(cpu_settings(tmp_path, tasks=("fuse_norm", "nope"))) == 1
     assert "task(s) ['nope'] unknown; known: [" in capsys.readouterr().err
+    assert nightly.main(cpu_settings(tmp_path, tasks=("fuse_norm", "router_gemm"), shapes=("T=3",))) == 1
+    assert "task 'router_gemm' has no shapes ['T=3'] on cpu; known: [" in capsys.readouterr().err
     with pytest.raises(ValueError, match="date must be YYYY-MM-DD; got '30/11'"):
         cpu_settings(tmp_path, date="30/11")
     with pytest.raises(ValueError, match="give task= or tasks=, not both"):

@@ -161,6 +161,8 @@ def test_deleting_the_promoted_kernel_fails_the_gate_and_a_same_speed_edit_does_
     verdicts, _ = review.judge((edit,), same, PROMOTED, "row_per_program@promoted", SHAPES)
     assert verdicts[edit.path].gate_ok
     assert {c.verdict for c in verdicts[edit.path].against_promoted.values()} == {"steady"}
+    verdicts, _ = review.judge((edit,), same, PROMOTED, None, SHAPES)  # the promoted bytes were not found
+    assert verdicts[edit.path].gate_ok and verdicts[edit.path].reason.endswith("so no regression check ran")
 
 
 def test_the_markdown_report_matches_the_stored_file():
@@ -168,6 +170,16 @@ def test_the_markdown_report_matches_the_stored_file():
     if os.environ.get("BEAM_REGENERATE_EXPECTED"):
         EXPECTED.write_text(text)
     assert text == EXPECTED.read_text(), f"regenerate with BEAM_REGENERATE_EXPECTED=1 and review {EXPECTED}"
+
+
+def test_a_report_too_long_for_a_pr_comment_drops_its_diffs_then_is_cut():
+    r = fixed_review()
+    full = review_markdown(r)
+    slim = review_markdown(r, max_chars=len(full) - 1)
+    assert "```diff" not in slim
+    assert "diff against `row_per_program.py` (its parent) at `main`: in the HTML report" in slim
+    cut = review_markdown(r, max_chars=2000)
+    assert len(cut) <= 2000 and cut.endswith("the whole report is in review.html._\n")
 
 
 def test_the_report_carries_every_section():
