@@ -95,14 +95,6 @@ def files_at(repo: Path, revision: str, folder: str) -> list[str]:
         return []
 
 
-def tracked(repo: Path, path: str) -> bool:
-    try:
-        git(repo, "ls-files", "--error-unmatch", "--", path)
-    except GitError:
-        return False
-    return True
-
-
 def find_by_hash(repo: Path, path: str, wanted: str) -> tuple[str, bytes] | None:
     """A revision where `path` held bytes of SHA-256 `wanted` (a promoted kernel edited since), newest first."""
     try:
