@@ -15,9 +15,11 @@ between packed and four GEMMs):
   optimized           the promoted candidates, the library paths, packing, decode CUDA graph
   +<change>           the waterfall: changes added one at a time, in CHANGE_ORDER, from the
                       eager reference
-  -<change>           the optimized model with one change removed
-Decode is timed as `decode_steps` consecutive steps (graph replays or eager), prefill as the
-median of `prefill_repeats` runs after one warm-up; the cache is rewound before each.
+  -<change>           the optimized model with one change removed (removing pack_qkv_gate also
+                      idles a qkv_gate_gemm candidate: the unpacked model runs four projections)
+Decode is timed in `decode_windows` windows of `decode_steps` consecutive steps (graph replays, or
+eager steps), prefill as `prefill_repeats` runs after one warm-up; the cache is rewound before
+each window and run, and the median is reported (every window and run is in the record).
 
 Alongside: the physical floor of a decode step (the bytes it must read: every weight a token
 uses, the 8 chosen experts only, the LM head, the KV cache at `context`) over the copy bandwidth
@@ -60,15 +62,18 @@ CHANGE_ORDER = (
     "fuse_norm", "qk_norm_rope", "output_gate", "router_gemm", "qkv_gate_gemm", "dense_act", "moe_route", "moe_experts",
 )  # fmt: skip
 CHOICE_MODES = ("promoted", "present")
-GPU_DEFAULTS = {"preset": "beam-slice", "context": 100_352, "decode_steps": 20, "prefill_seqs": 8, "prefill_len": 2048}
-CPU_DEFAULTS = {"preset": "beam-tiny", "context": 24, "decode_steps": 2, "prefill_seqs": 2, "prefill_len": 6}
+GPU_DEFAULTS = {"preset": "beam-slice", "context": 100_352, "decode_steps": 20, "decode_windows": 5, "prefill_seqs": 8,
+                "prefill_len": 2048}  # fmt: skip
+CPU_DEFAULTS = {"preset": "beam-tiny", "context": 24, "decode_steps": 2, "decode_windows": 1, "prefill_seqs": 2,
+                "prefill_len": 6}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class BenchModelSettings:
     preset: str = ""  # "": beam-slice on the GPU, beam-tiny on the CPU
     context: int = 0  # cached tokens per sequence before a step; 0: 100352 on the GPU, 24 on the CPU
-    decode_steps: int = 0  # timed decode steps per variant; 0: 20 (GPU), 2 (CPU)
+    decode_steps: int = 0  # consecutive decode steps per timed window; 0: 20 (GPU), 2 (CPU)
+    decode_windows: int = 0  # timed windows per variant, each from the same cache state (median); 0: 5 / 1
     prefill_seqs: int = 0  # 0: 8 (GPU), 2 (CPU)
     prefill_len: int = 0  # new tokens per sequence; 0: 2048 (GPU), 6 (CPU)
     prefill_repeats: int = 2  # timed prefills per variant, after one warm-up
@@ -85,7 +90,7 @@ class BenchModelSettings:
         problems = []
         if self.candidates not in CHOICE_MODES:
             problems.append(f"candidates must be one of {list(CHOICE_MODES)}; got {self.candidates!r}")
-        for name in ("context", "decode_steps", "prefill_seqs", "prefill_len"):
+        for name in ("context", "decode_steps", "decode_windows", "prefill_seqs", "prefill_len"):
             if getattr(self, name) < 0:
                 problems.append(f"{name}={getattr(self, name)} must be >= 0 (0: the default)")
         if self.prefill_repeats < 1 or self.seed < 0:
@@ -117,6 +122,7 @@ class Plan:
     preset: str
     context: int
     decode_steps: int
+    decode_windows: int
     prefill_seqs: int
     prefill_len: int
 
@@ -193,9 +199,16 @@ _COMPILED: ModelOps | None = None
 
 def compiled_reference_ops() -> ModelOps:
     """Every reference op under torch.compile (built once per process: compiled per shape on use).
-    The experts' grouped prefill path syncs with the host per expert: it stays eager."""
+    The experts' grouped prefill path syncs with the host per expert: it stays eager. An op that
+    torch.compile cannot handle runs eagerly (dynamo's suppress_errors: the peer is then no worse
+    than the eager reference there, and the run goes on); the recompile limit is raised so that the
+    ops called at many sizes (12 residual indices, 7 GEMM shapes) stay compiled."""
     global _COMPILED
     if _COMPILED is None:
+        dynamo = torch._dynamo.config
+        dynamo.suppress_errors = True
+        limit = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"  # renamed in 2.x
+        setattr(dynamo, limit, max(getattr(dynamo, limit), 64))
         fields = {f: torch.compile(getattr(REFERENCE_OPS, f)) for f in ModelOps.__dataclass_fields__}
         compiled_experts = fields["moe_experts"]
 
@@ -225,8 +238,10 @@ def _elapsed_ms(fn: Callable[[], object], device: torch.device) -> float:
 
 @dataclass
 class Measurement:
-    decode_ms: float | None = None
-    prefill_ms: float | None = None
+    decode_ms: float | None = None  # median over windows of the per-step time
+    prefill_ms: float | None = None  # median over repeats
+    decode_ms_windows: list[float] = field(default_factory=list)
+    prefill_ms_repeats: list[float] = field(default_factory=list)
     decode_logits_err: float | None = None  # first decode step vs the reference's, normwise
     errors: list[str] = field(default_factory=list)
 
@@ -243,9 +258,10 @@ class DecodeBench:
         self.snapshot = self.cache.snapshot()
         self.reference_logits: torch.Tensor | None = None
 
-    def run(self, graph: bool) -> tuple[float, torch.Tensor]:
-        """(ms per step, first step's logits)."""
-        model, cache, steps, dev = self.model, self.cache, self.plan.decode_steps, self.model.device
+    def run(self, graph: bool) -> tuple[list[float], torch.Tensor]:
+        """(ms per step of each timed window, the first step's logits). Every window starts from the
+        snapshot, so each times the same `decode_steps` steps."""
+        model, cache, plan, dev = self.model, self.cache, self.plan, self.model.device
         cache.restore(self.snapshot)
         first = model.decode(cache, self.tokens_B).float().clone()  # also the warm-up (autotuning, compile)
         cache.restore(self.snapshot)
@@ -255,13 +271,15 @@ class DecodeBench:
             cuda_graph, logits_BV = capture_decode_graph(model, cache, self.tokens_B)
             cuda_graph.replay()
             first = logits_BV.float().clone()
-            cache.restore(self.snapshot)
-            ms = _elapsed_ms(lambda: [cuda_graph.replay() for _ in range(steps)], dev) / steps
-            del cuda_graph, logits_BV
+            step = cuda_graph.replay
         else:
-            ms = _elapsed_ms(lambda: [model.decode(cache, self.tokens_B) for _ in range(steps)], dev) / steps
+            step = lambda: model.decode(cache, self.tokens_B)  # noqa: E731
+        windows = []
+        for _ in range(plan.decode_windows):
+            cache.restore(self.snapshot)
+            windows.append(_elapsed_ms(lambda: [step() for _ in range(plan.decode_steps)], dev) / plan.decode_steps)
         cache.restore(self.snapshot)
-        return ms, first
+        return windows, first
 
 
 class PrefillBench:
@@ -275,7 +293,8 @@ class PrefillBench:
                        for _ in range(n)]  # fmt: skip
         self.snapshot = self.cache.snapshot()
 
-    def run(self) -> float:
+    def run(self) -> list[float]:
+        """Milliseconds of each timed prefill (after one warm-up), each from the same cache state."""
         model, cache, dev = self.model, self.cache, self.model.device
         cache.restore(self.snapshot)
         model.prefill(cache, self.tokens)  # warm-up
@@ -284,7 +303,7 @@ class PrefillBench:
             cache.restore(self.snapshot)
             times.append(_elapsed_ms(lambda: model.prefill(cache, self.tokens), dev))
         cache.restore(self.snapshot)
-        return statistics.median(times)
+        return times
 
 
 def apply_variant(model: Beam, ops: ModelOps, packed: bool) -> None:
@@ -306,7 +325,9 @@ def count_kernels(model: Beam, decode: DecodeBench, configs: dict[str, tuple[Mod
         counts[name] = None
         try:
             apply_variant(model, ops, packed)
-            decode.run(graph=False)  # warm: autotuning and compilation stay out of the profile
+            decode.cache.restore(decode.snapshot)
+            model.decode(decode.cache, decode.tokens_B)  # warm: autotuning and compilation stay out of the profile
+            decode.cache.restore(decode.snapshot)
             step = lambda: model.decode(decode.cache, decode.tokens_B)  # noqa: E731
             counts[name] = profile_decode_step(step, decode.plan.on_gpu)
         except Exception as e:  # recorded; the timings go on
@@ -331,7 +352,8 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
         try:
             apply_variant(model, ops, packed)
             graph = plan.on_gpu and "cuda_graph" in variant.changes
-            m.decode_ms, first = decode.run(graph)
+            m.decode_ms_windows, first = decode.run(graph)
+            m.decode_ms = statistics.median(m.decode_ms_windows)
             if decode.reference_logits is None:
                 decode.reference_logits = first
             diff = first - decode.reference_logits
@@ -343,7 +365,7 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
     del decode
     _release(plan.device)
     prefill = PrefillBench(model, plan)
-    reuse: dict[tuple, float] = {}
+    reuse: dict[tuple, list[float]] = {}
     for variant, ops, packed in runs:
         m = results[variant.name]
         key = (id(ops) if variant.compiled else tuple(c for c in variant.changes if c != "cuda_graph"), packed)
@@ -351,7 +373,8 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
             if key not in reuse:  # the graph does not change prefill: "+cuda_graph" reuses the reference's
                 apply_variant(model, ops, packed)
                 reuse[key] = prefill.run()
-            m.prefill_ms = reuse[key]
+            m.prefill_ms_repeats = reuse[key]
+            m.prefill_ms = statistics.median(m.prefill_ms_repeats)
         except Exception as e:
             m.errors.append(f"prefill: {_error_line(e)}")
             echo(traceback.format_exc(limit=3))

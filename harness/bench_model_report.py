@@ -141,7 +141,8 @@ def make_record(plan, env: dict, variants, results, optimized, counts: dict, cop
         m = results[v.name]
         rows.append({
             "name": v.name, "kind": v.kind, "changes": list(v.changes), "decode_ms": m.decode_ms,
-            "prefill_ms": m.prefill_ms, "decode_logits_err": m.decode_logits_err, "errors": m.errors,
+            "prefill_ms": m.prefill_ms, "decode_ms_windows": m.decode_ms_windows,
+            "prefill_ms_repeats": m.prefill_ms_repeats, "decode_logits_err": m.decode_logits_err, "errors": m.errors,
             "decode_speedup_vs_reference": _ratio(ref.decode_ms, m.decode_ms),
             "prefill_speedup_vs_reference": _ratio(ref.prefill_ms, m.prefill_ms),
             "decode_speedup_vs_compiled": _ratio(peer.decode_ms, m.decode_ms) if peer else None,
@@ -173,7 +174,8 @@ def make_record(plan, env: dict, variants, results, optimized, counts: dict, cop
         created_utc=now_utc(), command=plan.settings.command(), preset=cfg.name, device=env["device"],
         timings_meaningful=plan.on_gpu, settings=dataclasses.asdict(plan.settings) | {
             "resolved": {"context": plan.context, "decode_steps": plan.decode_steps,
-                         "prefill_seqs": plan.prefill_seqs, "prefill_len": plan.prefill_len}},
+                         "decode_windows": plan.decode_windows, "prefill_seqs": plan.prefill_seqs,
+                         "prefill_len": plan.prefill_len}},
         environment=env, sources=[dataclasses.asdict(s) for s in optimized.sources], variants=rows,
         copy_gbps=copy_gbps, floor=floor, kernel_counts=kernel_counts, goals=goals, failures=failures,
         wall_s=wall_s,

@@ -133,9 +133,10 @@ def test_an_unknown_task_in_ops_names_the_known_ones(tmp_path):
 @pytest.mark.gpu
 def test_bench_model_gpu_path_on_a_small_preset(tmp_path):
     """The GPU-only parts on beam-tiny (fast): decode graphs, kernel events per range, the floor from
-    a measured bandwidth, the library paths. The full beam-slice run is `harness bench model`."""
+    a measured bandwidth. The full beam-slice run (library paths, compiled peer) is `harness bench model`."""
     settings = BenchModelSettings(preset="beam-tiny", context=256, decode_steps=4, prefill_seqs=2, prefill_len=32,
-                                  candidates="present", compile_peer=False, out=str(tmp_path))  # fmt: skip
+                                  ops=("output_gate:head_rows",), results_dir=str(tmp_path / "none"),
+                                  compile_peer=False, libraries=False, out=str(tmp_path))  # fmt: skip
     assert bench_model.bench(settings) == 0
     record = json.loads((tmp_path / "records.jsonl").read_text())
     assert record["timings_meaningful"] and record["floor"]["ms"] > 0

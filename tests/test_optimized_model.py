@@ -346,13 +346,18 @@ def test_every_library_attention_path_passes_its_probe_on_cuda():
 
 
 @pytest.mark.gpu
-def test_decode_attention_paths_are_graph_capturable_on_cuda():
-    """One decode step of a small model with the library paths, captured and replayed: same logits."""
+def test_decode_library_paths_are_graph_capturable_on_cuda():
+    """One decode step of a small model through the decode library paths (flash varlen, masked SDPA,
+    grouped GEMM experts), captured and replayed: the eager step's logits, bit for bit."""
     from harness.model_cmd import capture_decode_graph
+    from tasks.moe_experts import grouped_mm_experts
 
-    cfg = TINY.replace(name="beam-tiny", head_dim=64)  # flash kernels need head_dim % 8 == 0 and >= 32
-    built = optimized_model.build_ops({}, cfg, "cuda", library_paths.library_ops("cuda", cfg))
-    model = random_model(cfg, SEED, "cuda", ops=built.ops, pack_qkv_gate=True)
+    cfg = TINY.replace(head_dim=64)  # FlashAttention-2 wants head_dim % 8 == 0
+    attention = library_paths.LibraryAttention(library_paths.torch_flash_decode, True, None)
+    cases = library_paths._probe_cases(cfg, torch.device("cuda"))
+    assert library_paths.probe(attention, cases["decode_global"] + cases["masked"]) is None
+    model_ops = ops.ModelOps(attention=attention, moe_experts=grouped_mm_experts())
+    model = random_model(cfg, SEED, "cuda", ops=model_ops, pack_qkv_gate=True)
     cache = KVCache(cfg, 1, 64, "cuda")
     model.prefill(cache, [list(range(20))])
     tokens_B = torch.tensor([3], device="cuda")
