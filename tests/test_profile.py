@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import dataclasses
 import gzip
-import importlib.util
 import inspect
 import json
 import shlex
@@ -191,12 +190,6 @@ def test_bad_input_is_named(settings, message, tmp_path, capsys, candidate_file)
     assert main(ProfileSettings(device="cpu" if "model" in settings else "auto", out=str(tmp_path), **settings)) == 1
     assert message in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
-
-
-@pytest.mark.skipif(importlib.util.find_spec("harness.optimized_model") is not None, reason="optimized_model exists")
-def test_optimized_ops_without_the_optimized_model_say_so(tmp_path, capsys):
-    assert main(ProfileSettings(model="beam-tiny", ops="optimized", device="cpu", out=str(tmp_path))) == 1
-    assert "ops=optimized needs harness.optimized_model" in capsys.readouterr().err
 
 
 def test_settings_refuse_mixed_or_missing_targets(tmp_path):
