@@ -394,8 +394,9 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         guard: dict = {}  # trusted code: torch.compile may rebind torch functions as it traces, legitimately
         for name, fn in impls.items():
             if name != "reference":
-                parity_loop(torch, request, task, fn, name, report, None, guard, keep_alive, watch_fallback=False,
-                            trusted=True)
+                parity_loop(
+                    torch, request, task, fn, name, report, None, guard, keep_alive, watch_fallback=False, trusted=True
+                )
         if request["timing"]:
             bench_loop(torch, request, task, impls, report)
         report.emit("done", violations=[])
