@@ -190,6 +190,7 @@ class RunRecord:
     wall_s: float
     environment: dict[str, Any]
     promoted: str | None = None  # content hash of the candidate promoted by this run
+    phases_s: dict[str, float] = field(default_factory=dict)  # parity / baselines / judge / bench wall time
     timing_skipped: str | None = None
     created_utc: str = field(default_factory=now_utc)
 

@@ -149,7 +149,8 @@ def format_run(result: runner.RunResult) -> str:
     if isolation:
         lines.append("Sandbox: " + ", ".join(f"{k} {v}" for k, v in isolation.items()))
     where = results_dir_of(run.settings.get("results_dir") or DEFAULT_RESULTS_DIR, run.task)
-    lines.append(f"Run {run.run_id}: {run.wall_s:.1f} s wall; records in {where}/")
+    phases = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in run.phases_s.items())
+    lines.append(f"Run {run.run_id}: {run.wall_s:.1f} s wall ({phases}); records in {where}/")
     return "\n".join(lines)
 
 

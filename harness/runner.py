@@ -546,14 +546,23 @@ def evaluate(
     n_children = len(ev.units) * (2 if ev.on_gpu and settings.benchmark else 1) + int(with_baselines)
     echo(f"{task.name}: {len(ev.units)} candidate(s) x {len(ev.shapes)} shape(s) x {len(settings.seeds)} seed(s) "
          f"on {ev.device}; run {ev.run_id}")  # fmt: skip
+    phases_s: dict[str, float] = {}
+
+    def phase(name: str, work: Callable[[], None]) -> None:
+        """Time one phase and say so as soon as it ends (a run killed later still shows where its time went)."""
+        t0 = time.monotonic()
+        work()
+        phases_s[name] = time.monotonic() - t0
+        echo(f"{task.name}: {name} phase took {phases_s[name]:.1f} s")
+
     try:
         with tqdm(total=n_children, desc=f"{task.name} children", unit="child", disable=not settings.progress) as bar:
-            ev.run_parity_children(bar)
+            phase("parity", lambda: ev.run_parity_children(bar))
             if with_baselines:
-                ev.run_baselines_child(bar)
-            ev.judge()
+                phase("baselines", lambda: ev.run_baselines_child(bar))
+            phase("judge", ev.judge)
             if ev.on_gpu and settings.benchmark:
-                ev.run_bench_children(bar)
+                phase("bench", lambda: ev.run_bench_children(bar))
         records = ev.records(env, timing_skipped)
     finally:
         if not settings.keep_scratch:
@@ -574,7 +583,7 @@ def evaluate(
     run = RunRecord(
         run_id=ev.run_id, task=task.name, device=ev.device, settings=_jsonable(settings),
         candidates={c.name: c.content_hash for c in candidates}, statuses=statuses,
-        wall_s=time.monotonic() - started, environment=env,
+        wall_s=time.monotonic() - started, phases_s=phases_s, environment=env,
         promoted=promotion.content_hash if promotion is not None and promotion.action == "promote" else None,
         timing_skipped=timing_skipped,
     )  # fmt: skip

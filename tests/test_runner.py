@@ -124,6 +124,8 @@ def test_the_run_appended_its_records_and_run_record(planted_run):
     assert {r.record_id for r in records} == {r.record_id for r in planted_run.records}
     (run,), _ = read(results / RUNS_FILE, RunRecord)
     assert run.run_id == planted_run.run.run_id and run.wall_s > 0 and run.device == "cpu"
+    # On CPU: parity children, then judging; no baselines child and no benchmark without a GPU.
+    assert set(run.phases_s) == {"parity", "judge"} and 0 < sum(run.phases_s.values()) <= run.wall_s
     assert "not meaningful" in run.timing_skipped
     assert not (results / PROMOTIONS_FILE).exists()  # no promotion without GPU timings
     correct = next(r for r in records if r.implementation == "correct")
