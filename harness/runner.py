@@ -89,6 +89,9 @@ class EvaluationSettings:
     cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, flashinfer)
     keep_scratch: bool = False  # keep the children's job directories (their logs) after the run
     progress: bool = True
+    # CUDA_VISIBLE_DEVICES for this evaluation's children, e.g. "1" or "0,1" (None: inherit the parent's).
+    # The parent's own GPU work (reference, FP64 judging) stays on its current device.
+    cuda_devices: str | None = None
     bench: bench.BenchSettings = field(default_factory=bench.BenchSettings)
 
     def __post_init__(self) -> None:
@@ -104,6 +107,8 @@ class EvaluationSettings:
         if self.parity_timeout_s <= 0 or self.bench_timeout_s <= 0 or self.settle_s < 0:
             problems.append(f"timeouts must be > 0 and settle_s >= 0; got parity_timeout_s={self.parity_timeout_s}, "
                             f"bench_timeout_s={self.bench_timeout_s}, settle_s={self.settle_s}")  # fmt: skip
+        if self.cuda_devices is not None and (problem := sandbox.cuda_devices_problem(self.cuda_devices)):
+            problems.append(f"cuda_devices: {problem}")
         if problems:
             raise UsageError("invalid evaluation settings: " + "; ".join(problems))
 
@@ -229,7 +234,7 @@ class _Evaluation:
             self._shared_caches() if mode != "parity" else {},
         )  # fmt: skip
         request = self._request(job, mode, unit, baselines, shapes, isolate)
-        run = sandbox.run_child(job, request, timeout_s, self.device, self.threads)
+        run = sandbox.run_child(job, request, timeout_s, self.device, self.threads, self.settings.cuda_devices)
         sandbox.persist_triton_cache(job, self.cache_dir / "triton" / triton_key)
         return run, job
 

@@ -179,8 +179,30 @@ def _parent_pythonpath() -> list[str]:
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
-def child_env(job: Job, device: str, threads: int) -> dict[str, str]:
+# One entry of CUDA_VISIBLE_DEVICES: an index, or a GPU / MIG UUID as nvidia-smi -L prints it.
+CUDA_DEVICE_TOKEN = re.compile(r"\d+|(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*")
+
+
+def cuda_devices_problem(value: str) -> str | None:
+    """Why `value` is not a CUDA_VISIBLE_DEVICES list (comma-separated entries, each distinct), or None."""
+    tokens = [t.strip() for t in value.split(",")] if isinstance(value, str) else []
+    bad = [t for t in tokens if not CUDA_DEVICE_TOKEN.fullmatch(t)]
+    if not tokens or bad:
+        return (f"expected comma-separated GPU indices (e.g. '0,1') or GPU-/MIG- UUIDs; got {value!r}"
+                + (f" (not a GPU: {bad})" if bad and isinstance(value, str) else ""))  # fmt: skip
+    if len(set(tokens)) != len(tokens):
+        return f"GPUs must be distinct; got {value!r}"
+    return None
+
+
+def child_env(job: Job, device: str, threads: int, cuda_devices: str | None = None) -> dict[str, str]:
+    """The child's whole environment. `cuda_devices`: its CUDA_VISIBLE_DEVICES (None: the parent's)."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
+    if cuda_devices is not None:
+        problem = cuda_devices_problem(cuda_devices)
+        if problem:
+            raise ValueError(f"cuda_devices: {problem}")
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(t.strip() for t in cuda_devices.split(","))
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
     env.update(
@@ -227,7 +249,8 @@ class ChildRun:
 LOG_TAIL_CHARS = 4000
 
 
-def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, threads: int) -> ChildRun:
+def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, threads: int,
+              cuda_devices: str | None = None) -> ChildRun:  # fmt: skip
     """Start `python -m harness.child` on `request`; wait at most `timeout_s`; collect its report."""
     job.request_path.write_text(json.dumps(request, indent=1))
     os.chmod(job.request_path, 0o644)
@@ -240,8 +263,9 @@ def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, 
     cmd = [sys.executable, "-P", "-s", "-B", "-m", "harness.child", str(job.request_path)]
     start = time.monotonic()
     with open(job.log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=job.scratch, env=child_env(job, device, threads), stdin=subprocess.DEVNULL,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(cmd, cwd=job.scratch, env=child_env(job, device, threads, cuda_devices),
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)

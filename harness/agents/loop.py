@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import queue
 import tempfile
 import threading
 import time
@@ -71,7 +72,9 @@ class AgentOutcome:
         return "\n".join(lines)
 
 
-def default_workers(device: str) -> int:
+def default_workers(device: str, gpus: tuple[str, ...] = ()) -> int:
+    if gpus:
+        return len(gpus)
     return 1 if device == "cuda" else max(1, (os.cpu_count() or 2) // 2)
 
 
@@ -87,7 +90,11 @@ class Session:
         self.folder = Path(agent.candidates_dir) if agent.candidates_dir else candidate_files.task_dir(task.name)
         # Where existing candidates are found (parents, benchmark): this folder and the task's own.
         self.folders = tuple(dict.fromkeys((self.folder, candidate_files.task_dir(task.name))))
-        self.slots = threading.BoundedSemaphore(agent.workers or default_workers(self.device))
+        self.slots = threading.BoundedSemaphore(agent.workers or default_workers(self.device, agent.gpus))
+        # agent.gpus: each evaluation holds one of them, alone, from start to end.
+        self.free_gpus: queue.Queue[str] = queue.Queue()
+        for gpu in agent.gpus:
+            self.free_gpus.put(gpu)
         self.lock = threading.RLock()  # save() takes it too, from inside submit()
         self.session_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         self.path = task_results_dir(settings.results_path, task.name) / AGENTS_DIR / f"{self.session_id}.json"
@@ -106,7 +113,23 @@ class Session:
     def _evaluate(self, candidate: Candidate, **overrides: Any) -> runner.RunResult:
         settings = dataclasses.replace(self.settings, promote=False, progress=False, **overrides)
         with self.slots:
-            return runner.evaluate(self.task, [candidate], settings, echo=lambda line: self.echo(f"[agent] {line}"))
+            if not self.agent.gpus:
+                return runner.evaluate(self.task, [candidate], settings, echo=lambda line: self.echo(f"[agent] {line}"))
+            gpu = self.free_gpus.get()  # blocks while every GPU is taken (workers > len(gpus))
+            try:
+                settings = dataclasses.replace(settings, cuda_devices=gpu)
+                return runner.evaluate(self.task, [candidate], settings,
+                                       echo=lambda line: self.echo(f"[agent] [gpu {gpu}] {line}"))  # fmt: skip
+            finally:
+                self.free_gpus.put(gpu)
+
+    def _verdict(self, candidate: Candidate, result: runner.RunResult) -> dict[str, Any]:
+        """submissions.verdict, plus the GPU the evaluation held when agent.gpus spread them."""
+        verdict = submissions.verdict(candidate, result)
+        gpu = result.run.settings.get("cuda_devices")
+        if gpu is not None:
+            verdict["gpu"] = gpu
+        return verdict
 
     def _check_shapes(self, shapes: Any) -> tuple[str, ...]:
         if shapes is None or shapes == []:
@@ -163,7 +186,7 @@ class Session:
         self.echo(f"[agent] round {round_}: {candidate.display_path}: evaluating on {self.device}, shapes "
                   f"{list(self.shapes)}")  # fmt: skip
         result = self._evaluate(candidate)
-        verdict = {"round": round_, **submissions.verdict(candidate, result),
+        verdict = {"round": round_, **self._verdict(candidate, result),
                    "rounds_left": self.budget.rounds_left}  # fmt: skip
         self.echo(f"[agent] round {round_}: {candidate.name}: {verdict['summary']}")
         with self.lock:
@@ -188,7 +211,7 @@ class Session:
             candidate = candidate_files.load(path, self.task.name, self.task.op_name)
             result = self._evaluate(candidate, shapes=labels, benchmark=False, baselines=False,
                                     results_dir=str(Path(tmp) / "results"))  # fmt: skip
-            verdict = submissions.verdict(candidate, result)
+            verdict = self._verdict(candidate, result)
         verdict.update(candidate=None, file=None, note="parity check only: nothing recorded, no round spent")
         with self.lock:
             self.record["checks"].append({"shapes": list(labels), "source": d.source, "verdict": verdict})
@@ -205,7 +228,7 @@ class Session:
         if candidate is None:
             raise ToolError(f"candidate {name!r} unknown; known: {self.known_names()}")
         result = self._evaluate(candidate, shapes=labels)
-        verdict = submissions.verdict(candidate, result)
+        verdict = self._verdict(candidate, result)
         with self.lock:
             self.record["benchmarks"].append({"candidate": candidate.name, "shapes": list(labels), "verdict": verdict})
             self.save()

@@ -11,6 +11,8 @@ from __future__ import annotations
 import string
 from dataclasses import dataclass
 
+from harness.sandbox import cuda_devices_problem
+
 KINDS = ("none", "anthropic", "command", "replay")
 # What a command template may refer to (harness/agents/command_agent.py fills them in).
 COMMAND_PLACEHOLDERS = ("prompt_file", "workdir", "candidate_path", "task", "round", "repo")
@@ -20,7 +22,11 @@ COMMAND_PLACEHOLDERS = ("prompt_file", "workdir", "candidate_path", "task", "rou
 class AgentSettings:
     kind: str = "none"  # none | anthropic | command | replay
     rounds: int = 8  # submissions at most (a round is one candidate submitted and evaluated)
-    workers: int = 0  # evaluations at once; 0: automatic (1 on a GPU, where timing is serialized; CPU: cores // 2)
+    workers: int = 0  # evaluations at once; 0: automatic (len(gpus) when given; else 1 on a GPU; CPU: cores // 2)
+    # GPUs to spread evaluations over, e.g. [0,1,2,3] (indices or GPU- UUIDs): one evaluation per GPU at a
+    # time, its children seeing only that GPU (CUDA_VISIBLE_DEVICES). Empty: every evaluation inherits the
+    # parent's GPUs.
+    gpus: tuple[str, ...] = ()
     candidates_dir: str | None = None  # where submissions are written; default candidate_kernels/<task>/
     # anthropic: a tool-use conversation through the Messages API
     model: str = ""  # required for anthropic (the yaml names one); its price must be in budget.PRICES
@@ -54,6 +60,11 @@ class AgentSettings:
         for name in ("budget_usd", "backoff_s", "backoff_max_s", "request_timeout_s", "time_limit_s"):
             if not getattr(self, name) > 0:
                 problems.append(f"agent.{name} must be > 0; got {getattr(self, name)}")
+        bad_gpus = [g for g in self.gpus if cuda_devices_problem(g) or "," in str(g)]
+        if bad_gpus or len(set(self.gpus)) != len(self.gpus):
+            detail = f" (not one GPU each: {bad_gpus})" if bad_gpus else ""
+            problems.append(f"agent.gpus must be distinct GPU indices (e.g. [0,1]) or GPU- UUIDs; got "
+                            f"{list(self.gpus)}{detail}")  # fmt: skip
         bad_env = [v for v in self.pass_env if not (isinstance(v, str) and v.isidentifier())]
         if bad_env:
             problems.append(f"agent.pass_env must name environment variables; got {bad_env}")
