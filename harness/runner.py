@@ -180,8 +180,9 @@ class _Unit:
 class _Evaluation:
     """The state of one run: settings, directories, units, and the steps that fill them."""
 
-    def __init__(self, task: Task, candidates: Sequence[Candidate], settings: EvaluationSettings):
-        self.task, self.settings = task, settings
+    def __init__(self, task: Task, candidates: Sequence[Candidate], settings: EvaluationSettings,
+                 echo: Callable[[str], None] = print):  # fmt: skip
+        self.task, self.settings, self.echo = task, settings, echo
         self.device = resolve_device(settings.device)
         self.shapes = select_shapes(task, self.device, settings.shapes)
         self.on_gpu = self.device == "cuda"
@@ -235,6 +236,8 @@ class _Evaluation:
         )  # fmt: skip
         request = self._request(job, mode, unit, baselines, shapes, isolate)
         run = sandbox.run_child(job, request, timeout_s, self.device, self.threads, self.settings.cuda_devices)
+        ended = "timed out" if run.timed_out else "ended"
+        self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s")
         sandbox.persist_triton_cache(job, self.cache_dir / "triton" / triton_key)
         return run, job
 
@@ -326,7 +329,11 @@ class _Evaluation:
             in_flight = [k for k in started if k not in finished]
             cut = in_flight[-1][0] if in_flight else None
             if run.timed_out:
-                why = (Status.TIMEOUT, f"killed after {limit_s:g} s (the limit)")
+                total = len(self.shapes) * len(self.settings.seeds)
+                where = f"; it had finished {len(finished)} of {total} calls"
+                if in_flight:
+                    where += f", the last started at {_started_at(run.events, in_flight[-1]):.1f} s"
+                why = (Status.TIMEOUT, f"killed after {limit_s:g} s (the limit){where}")
             else:
                 sig = run.signal_name
                 why = (Status.CRASH, f"the child died ({sig or f'exit {run.returncode}'}) without reporting")
@@ -511,6 +518,12 @@ def _log_tail(unit: _Unit, status: Status) -> str:
     return (tb + "\n" + unit.run.log_tail)[-sandbox.LOG_TAIL_CHARS :]
 
 
+def _started_at(events: Sequence[dict[str, Any]], key: tuple[str, int]) -> float:
+    """When (seconds into the child) the call for (shape, seed) started."""
+    return next(e.get("t", math.nan) for e in reversed(events)
+                if e["event"] == "call_start" and (e["shape"], e["seed"]) == key)  # fmt: skip
+
+
 def _has_poison(t: torch.Tensor) -> bool:
     patterns = {2: (torch.int16, child.POISON_WORD), 4: (torch.int32, (child.POISON_WORD << 16) | child.POISON_WORD)}
     if t.element_size() not in patterns or not t.numel():
@@ -539,7 +552,7 @@ def evaluate(
 ) -> RunResult:
     """Evaluate `candidates` (validated, harness/candidates.py) for `task`; append the records."""
     started = time.monotonic()
-    ev = _Evaluation(task, candidates, settings)
+    ev = _Evaluation(task, candidates, settings, echo)
     env = environment.capture().to_dict()
     timing_skipped = None
     if not ev.on_gpu:

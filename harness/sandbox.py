@@ -100,6 +100,7 @@ class Job:
     triton_cache: Path  # inside scratch: the child writes compiled kernels here
     cache_env: dict[str, str]  # env var -> cache dir: copies in scratch (isolated) or shared (trusted)
     candidate_copy: Path | None
+    isolated: bool = True  # False: a trusted child (no candidate code)
 
 
 def drop_target() -> tuple[int, int] | str:
@@ -165,7 +166,7 @@ def prepare_job(
             target = shared
         cache_env[var] = str(target)
     return Job(name, job_dir, scratch, job_dir / "request.json", job_dir / "report.jsonl", job_dir / "child.log",
-               child_triton, cache_env, copy)  # fmt: skip
+               child_triton, cache_env, copy, isolate)  # fmt: skip
 
 
 def _copy_dir(src: Path, dst: Path) -> None:
@@ -215,10 +216,13 @@ def child_env(job: Job, device: str, threads: int, cuda_devices: str | None = No
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONNOUSERSITE="1",
         TRITON_CACHE_DIR=str(job.triton_cache),
-        TORCHINDUCTOR_COMPILE_THREADS="1",  # compile in-process: no worker processes outside the audit hook
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),
     )
+    if job.isolated:
+        # Compile in-process: no worker processes outside the audit hook. The trusted child (no
+        # candidate code) keeps inductor's parallel compile workers: it compiles every shape cold.
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     env.update(job.cache_env)
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"

@@ -107,6 +107,13 @@ def test_the_child_environment_is_an_allowlist(tmp_path, monkeypatch):
     }  # fmt: skip
 
 
+def test_only_the_trusted_child_compiles_with_worker_processes(tmp_path):
+    isolated = sandbox.prepare_job(tmp_path, "iso", True, None, tmp_path / "no-cache", {})
+    trusted = sandbox.prepare_job(tmp_path, "trusted", False, None, tmp_path / "no-cache", {})
+    assert sandbox.child_env(isolated, "cpu", 1)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
+    assert "TORCHINDUCTOR_COMPILE_THREADS" not in sandbox.child_env(trusted, "cpu", 1)
+
+
 @pytest.mark.parametrize(
     ("name", "secret"),
     [("ANTHROPIC_API_KEY", True), ("GITHUB_TOKEN", True), ("MY_DB_PASSWORD", True), ("AWS_REGION", True),
