@@ -134,6 +134,14 @@ def _first_unreadable(path: Path) -> Path | None:
     return None if path.stat().st_mode & stat.S_IROTH else path
 
 
+# Caches an isolated child gets empty rather than copied: Inductor's cached graphs name files by the
+# absolute path they were compiled under (its autotuner's .best_config beside each kernel), so a copy
+# sends the child back to the shared directory, which it may not write (seen on the H200: every
+# candidate's torch.compile peer failed with PermissionError). Its Triton kernels still come from
+# the candidate's own Triton cache on a second run.
+STARTS_EMPTY_IN_ISOLATION = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+
+
 def prepare_job(
     root: Path,
     name: str,
@@ -155,12 +163,13 @@ def prepare_job(
         shutil.copyfile(candidate_path, copy)
         os.chmod(copy, 0o644)
     child_triton = scratch / "triton-cache"
-    _copy_dir(triton_cache, child_triton)
+    copy_triton_cache(triton_cache, child_triton)
     cache_env = {}
     for var, shared in shared_caches.items():
         if isolate:
             target = scratch / f"cache-{var.lower()}"
-            _copy_dir(shared, target)
+            if var not in STARTS_EMPTY_IN_ISOLATION:
+                _copy_dir(shared, target)
         else:
             shared.mkdir(parents=True, exist_ok=True)
             target = shared
@@ -174,6 +183,22 @@ def _copy_dir(src: Path, dst: Path) -> None:
         shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("*.lock"), dirs_exist_ok=True)
     else:
         dst.mkdir(parents=True, exist_ok=True)
+
+
+def copy_triton_cache(src: Path, dst: Path) -> None:
+    """Copy a Triton cache and point its group files at the copy. A group file (`__grp__*.json`)
+    lists its kernel's files by absolute path: left as they are, a copy would read the files of the
+    child that compiled them (another job's scratch, outside the sandbox; seen on the H200 as a
+    secret_read of a kernel named `_qk_token_kernel`), or miss them once that job is gone."""
+    _copy_dir(src, dst)
+    for group in dst.glob("*/__grp__*.json"):
+        try:
+            data = json.loads(group.read_text())
+            paths = data["child_paths"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # not a group file Triton wrote: Triton ignores it too
+        data["child_paths"] = {name: str(group.parent / Path(path).name) for name, path in paths.items()}
+        group.write_text(json.dumps(data))
 
 
 def _parent_pythonpath() -> list[str]:
@@ -304,7 +329,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def persist_triton_cache(job: Job, dest: Path) -> None:
     """Copy the child's Triton cache back to the candidate's own persistent cache."""
     if job.triton_cache.is_dir():
-        _copy_dir(job.triton_cache, dest)
+        copy_triton_cache(job.triton_cache, dest)
 
 
 # ---- child side ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -112,6 +113,30 @@ def test_only_the_trusted_child_compiles_with_worker_processes(tmp_path):
     trusted = sandbox.prepare_job(tmp_path, "trusted", False, None, tmp_path / "no-cache", {})
     assert sandbox.child_env(isolated, "cpu", 1)["TORCHINDUCTOR_COMPILE_THREADS"] == "1"
     assert "TORCHINDUCTOR_COMPILE_THREADS" not in sandbox.child_env(trusted, "cpu", 1)
+
+
+def test_a_copied_triton_cache_points_its_groups_at_the_copy(tmp_path):
+    src = tmp_path / "src" / "HASH"
+    src.mkdir(parents=True)
+    (src / "_qk_token_kernel.cubin").write_bytes(b"\0")
+    (src / "__grp___qk_token_kernel.json").write_text(
+        json.dumps({"child_paths": {"_qk_token_kernel.cubin": str(src / "_qk_token_kernel.cubin")}})
+    )
+    sandbox.copy_triton_cache(tmp_path / "src", tmp_path / "dst")
+    group = json.loads((tmp_path / "dst" / "HASH" / "__grp___qk_token_kernel.json").read_text())
+    assert group["child_paths"] == {"_qk_token_kernel.cubin": str(tmp_path / "dst" / "HASH" / "_qk_token_kernel.cubin")}
+
+
+def test_an_isolated_child_copies_the_shared_caches_except_inductors(tmp_path):
+    shared = {"TORCHINDUCTOR_CACHE_DIR": tmp_path / "inductor", "FLASHINFER_WORKSPACE_BASE": tmp_path / "flashinfer"}
+    for d in shared.values():
+        (d / "entry").mkdir(parents=True)
+    iso = sandbox.prepare_job(tmp_path / "jobs", "iso", True, None, tmp_path / "no-cache", shared)
+    inductor, flashinfer = (Path(iso.cache_env[v]) for v in shared)
+    assert inductor.is_relative_to(iso.scratch) and not (inductor / "entry").exists()  # compiled cold, in scratch
+    assert flashinfer.is_relative_to(iso.scratch) and (flashinfer / "entry").is_dir()  # a copy
+    trusted = sandbox.prepare_job(tmp_path / "jobs", "trusted", False, None, tmp_path / "no-cache", shared)
+    assert trusted.cache_env == {v: str(d) for v, d in shared.items()}  # used in place
 
 
 @pytest.mark.parametrize(
@@ -369,7 +394,10 @@ def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
         assert cand.timing.method == ("cuda_graph" if label == "T=1" else "events")
         assert 1000 < cand.copy_gbps < 10_000 and 0 < cand.floor_fraction
         assert by_name[("reference", label)].timing is not None
-        assert by_name[("torch_compile", label)].status is Status.PASSED
+        # Inductor's fused arithmetic misses the bit-exact gate of fuse_norm (results/README.md): recorded,
+        # and still timed as the peer every candidate must beat.
+        compiled = by_name[("torch_compile", label)]
+        assert compiled.status in (Status.PASSED, Status.MISMATCH) and compiled.timing is not None
     assert result.run.device == "cuda"
 
 
