@@ -116,7 +116,8 @@ class KVCache:
         self.n_seqs = n_seqs
         self.capacity = capacity
         self.window = cfg.sliding_window
-        self.device = torch.device(device)
+        self.lengths_B = torch.zeros(n_seqs, dtype=torch.int64, device=device)
+        self.device = self.lengths_B.device  # "cuda" made concrete ("cuda:0"), as the model's weights are
         K, Dh = cfg.n_kv_heads, cfg.head_dim
         layers = []
         for layer in range(cfg.n_layers):
@@ -133,7 +134,6 @@ class KVCache:
         self.layers: tuple[LayerKV, ...] = tuple(layers)
         self.global_positions_S = torch.full((n_seqs * capacity + 1,), -1, dtype=torch.int64, device=self.device)
         self.sliding_positions_S = torch.full((n_seqs * self.window + 1,), -1, dtype=torch.int64, device=self.device)
-        self.lengths_B = torch.zeros(n_seqs, dtype=torch.int64, device=self.device)
         # First row of each sequence's region, per kind: device constants for sync-free decode slots.
         self._global_base_B = torch.arange(n_seqs, device=self.device) * capacity
         self._sliding_base_B = torch.arange(n_seqs, device=self.device) * self.window
