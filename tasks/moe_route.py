@@ -30,7 +30,8 @@ Cost floor: read the logits and the bias, write the weights (FP32) and the ids (
     flops = 5*T*E  (sigmoid as neg/exp/add/div, bias add; the selection is comparisons)
 
 Baseline: flashinfer.fused_moe.fused_topk_deepseek, Beam's routing exactly (sigmoid inside, group
-score = sum of the top 2; at most 32 experts per group and 128 experts in the kept groups).
+score = sum of the top 2; at most 32 experts per group and 128 experts in the kept groups). It
+writes int32 ids (it refuses int64: seen on the H200); their widening to int64 is timed with it.
 
 Shape legend: T tokens, E experts, G groups, k top-k.
 """
@@ -139,14 +140,14 @@ def _flashinfer_fused_topk_deepseek():
             )
         T = logits_TE.shape[0]
         weights_Tk = torch.empty(T, top_k, dtype=torch.float32, device=logits_TE.device)
-        ids_Tk = torch.empty(T, top_k, dtype=torch.int64, device=logits_TE.device)
+        ids_Tk = torch.empty(T, top_k, dtype=torch.int32, device=logits_TE.device)  # the kernel writes int32 only
         try:
             fused_moe.fused_topk_deepseek(
                 logits_TE, correction_bias_E, n_groups, topk_groups, top_k, routed_scaling, weights_Tk, ids_Tk
             )
         except ValueError as e:  # its admission check refuses the configuration (limits above)
             raise BaselineUnavailable(f"fused_topk_deepseek refuses this configuration: {e}") from e
-        return weights_Tk, ids_Tk
+        return weights_Tk, ids_Tk.long()  # the op's int64 ids: one more small kernel, part of its time
 
     return moe_route
 
