@@ -25,13 +25,22 @@ outputs) moves the decode logits by 1-2.5% normwise per step. Hence:
   - tokens: identical at every step (strict, the CPU test). On the GPU, where several ops differ
     and the vocabulary is 131072 wide (the top-2 gap of a random model's logits is then often
     below the noise), a step may differ only if it is a near tie: the reference's top-2 gap below
-    NEAR_TIE x the RMS of its logits. Such steps are listed in the verdict, never hidden.
+    NEAR_TIE x the RMS of its logits, or if it was rerouted: some MoE layer chose other experts
+    than the reference did at that step. Both runs record every MoE layer's expert ids at every
+    decode step (also inside the CUDA graph: the ids are copied into buffers the replays refill),
+    so a rerouting is observed, not assumed. It stays admissible only while it looks like noise at
+    a selection boundary: at most MAX_SWAPPED experts of a layer's top-k swapped, on at most
+    MAX_REROUTED_FRACTION of the steps; a wrong router or routing op reroutes nearly every step,
+    and swaps most of the experts. Such steps are listed in the verdict, never hidden.
+    (Seen on the H200, beam-slice at 100K context: 4-7 of 32 greedy tokens differed with top-2
+    gaps of 0.12-0.28 x RMS on steps whose logits moved by 14-35%, the others by 1.2%.)
 
 Shape legend: V vocabulary.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import statistics
 from collections.abc import Mapping, Sequence
@@ -46,6 +55,37 @@ from reference_model.model import Beam
 LOGIT_REL_TOL = 2.0**-4
 ROUTING_FLIP_TOL = 0.5
 NEAR_TIE = 0.1  # the largest per-token change of admissible noise: ~4.5 x RMS over 131072 tokens x 2%
+MAX_SWAPPED = 2  # experts of one layer's top-k that a rerouting at a selection boundary may swap
+MAX_REROUTED_FRACTION = 0.5  # of the decode steps
+
+
+class RoutingRecorder:
+    """Wraps an ops.moe_route: the expert ids of every MoE layer, step by step. Eager calls are
+    copied to the host at once; calls under CUDA-graph capture are cloned into tensors of the
+    graph's pool, which each replay refills: `take()` then reads those."""
+
+    def __init__(self, route):
+        self.route = route
+        self._eager: list[torch.Tensor] = []
+        self._captured: list[torch.Tensor] = []
+
+    def __call__(self, *args, **kwargs):
+        weights, ids = self.route(*args, **kwargs)
+        if ids.is_cuda and torch.cuda.is_current_stream_capturing():
+            self._captured.append(ids.clone())
+        else:
+            self._eager.append(ids.detach().cpu())
+        return weights, ids
+
+    def clear(self) -> None:
+        self._eager.clear()
+
+    def take(self) -> list[torch.Tensor]:
+        """The ids [T, k] of each MoE layer in the step just run (eager), or in the last replay."""
+        if self._captured:
+            return [ids.cpu() for ids in self._captured]
+        taken, self._eager = self._eager, []
+        return taken
 
 
 @dataclass(frozen=True)
@@ -57,6 +97,7 @@ class GreedyRun:
     step_logits: list[torch.Tensor]
     tokens: list[int]
     argmax: list[int]
+    step_routes: list[list[torch.Tensor]]  # per decode step, per MoE layer: the expert ids [1, k]
 
 
 def greedy_run(
@@ -71,6 +112,19 @@ def greedy_run(
     captured once and replayed."""
     if forced is not None and len(forced) < steps:
         raise ValueError(f"forced tokens: need {steps}, got {len(forced)}")
+    from harness.optimized_model import set_ops
+
+    ops = model.ops
+    recorder = RoutingRecorder(ops.moe_route)
+    set_ops(model, dataclasses.replace(ops, moe_route=recorder))
+    try:
+        return _greedy_run(model, chunks, steps, use_graph, forced, recorder)
+    finally:
+        set_ops(model, ops)
+
+
+def _greedy_run(model: Beam, chunks: Sequence[Sequence[int]], steps: int, use_graph: bool,
+                forced: Sequence[int] | None, recorder: RoutingRecorder) -> GreedyRun:  # fmt: skip
     n_prompt = sum(len(c) for c in chunks)
     cache = KVCache(model.cfg, 1, n_prompt + steps + 1, model.device)
     chunk_logits = [model.prefill(cache, [list(c)])[0].float().cpu() for c in chunks]
@@ -82,6 +136,8 @@ def greedy_run(
         from harness.model_cmd import capture_decode_graph
 
         replay = capture_decode_graph(model, cache, tokens_B)
+    recorder.clear()  # the prefill's and the warm-up's routing
+    step_routes = []
     for i in range(steps):
         if replay is None:
             logits_V = model.decode(cache, tokens_B)[0]
@@ -89,11 +145,12 @@ def greedy_run(
             replay[0].replay()
             logits_V = replay[1][0]
         step_logits.append(logits_V.float().cpu())
+        step_routes.append(recorder.take())
         argmax.append(int(step_logits[-1].argmax()))
         if i + 1 < steps:
             tokens.append(argmax[-1] if forced is None else int(forced[i + 1]))
             tokens_B.fill_(tokens[-1])
-    return GreedyRun(chunk_logits, step_logits, tokens, argmax)
+    return GreedyRun(chunk_logits, step_logits, tokens, argmax, step_routes)
 
 
 def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
@@ -108,6 +165,7 @@ class TokenMismatch:
     optimized: int
     reference_gap_rel: float  # the reference's top-2 gap / the RMS of its logits
     near_tie: bool
+    rerouted: bool  # some MoE layer chose other experts than the reference at this step
 
 
 @dataclass(frozen=True)
@@ -116,6 +174,7 @@ class ParityVerdict:
     step_errors: list[float]
     mismatches: list[TokenMismatch]
     strict: bool
+    reroutings: dict[int, dict[int, int]]  # step -> {MoE layer (0-based among MoE layers): experts swapped}
 
     @property
     def median_error(self) -> float:
@@ -132,8 +191,15 @@ class ParityVerdict:
             out.append(f"median logit error {self.median_error:.3g} > {LOGIT_REL_TOL:.3g}")
         if not self.max_error <= ROUTING_FLIP_TOL:
             out.append(f"max logit error {self.max_error:.3g} > {ROUTING_FLIP_TOL}")
+        n_steps = len(self.step_errors)
+        if len(self.reroutings) > MAX_REROUTED_FRACTION * n_steps:
+            out.append(f"rerouted at {len(self.reroutings)} of {n_steps} steps (at most "
+                       f"{MAX_REROUTED_FRACTION:g} of them): not noise at a selection boundary")  # fmt: skip
+        wide = {step: layers for step, layers in self.reroutings.items() if max(layers.values()) > MAX_SWAPPED}
+        if wide:
+            out.append(f"more than {MAX_SWAPPED} experts of a layer swapped at steps {wide}")
         for m in self.mismatches:
-            if self.strict or not m.near_tie:
+            if self.strict or not (m.near_tie or m.rerouted):
                 out.append(f"step {m.step}: greedy token {m.optimized}, reference {m.reference} "
                            f"(reference top-2 gap {m.reference_gap_rel:.3g} x RMS)")  # fmt: skip
         return out
@@ -144,11 +210,13 @@ class ParityVerdict:
 
     def summary(self) -> str:
         ties = [m.step for m in self.mismatches if m.near_tie]
+        rerouted = [m.step for m in self.mismatches if m.rerouted]
         return (
             f"logits normwise error: median {self.median_error:.3g} (<= {LOGIT_REL_TOL:.3g}), max {self.max_error:.3g} "
             f"(<= {ROUTING_FLIP_TOL}); chunks {[f'{e:.2g}' for e in self.chunk_errors]}; steps "
-            f"{[f'{e:.2g}' for e in self.step_errors]}; greedy tokens differ at {len(self.mismatches)} of "
-            f"{len(self.step_errors)} steps ({len(ties)} near ties: {ties}); "
+            f"{[f'{e:.2g}' for e in self.step_errors]}; rerouted steps (step: {{MoE layer: experts swapped}}) "
+            f"{self.reroutings}; greedy tokens differ at {len(self.mismatches)} of {len(self.step_errors)} steps "
+            f"({len(ties)} near ties: {ties}; {len(rerouted)} rerouted: {rerouted}); "
             + ("PASSED" if self.passed else "FAILED: " + "; ".join(self.problems))
         )
 
@@ -158,13 +226,21 @@ def compare(reference: GreedyRun, optimized: GreedyRun, strict: bool = True) -> 
     `reference`, and the steps where their greedy choices differ."""
     if optimized.tokens != reference.tokens:
         raise ValueError("the optimized run must be fed the reference's tokens (greedy_run(..., forced=ref.tokens))")
+    reroutings = {}
+    for step, (want, got) in enumerate(zip(reference.step_routes, optimized.step_routes, strict=True)):
+        if len(want) != len(got):
+            raise ValueError(f"step {step}: {len(got)} MoE layers routed in the optimized run, {len(want)} in the "
+                             "reference")  # fmt: skip
+        swapped = {layer: _swapped(w, g) for layer, (w, g) in enumerate(zip(want, got, strict=True))}
+        if any(swapped.values()):
+            reroutings[step] = {layer: n for layer, n in swapped.items() if n}
     mismatches = []
     for step, (want, got) in enumerate(zip(reference.argmax, optimized.argmax, strict=True)):
         if want != got:
             logits = reference.step_logits[step].double()
             top2 = logits.topk(2).values
             gap_rel = float((top2[0] - top2[1]) / logits.pow(2).mean().sqrt())
-            mismatches.append(TokenMismatch(step, want, got, gap_rel, gap_rel < NEAR_TIE))
+            mismatches.append(TokenMismatch(step, want, got, gap_rel, gap_rel < NEAR_TIE, step in reroutings))
     return ParityVerdict(
         chunk_errors=[
             relative_error(o, r) for o, r in zip(optimized.chunk_logits, reference.chunk_logits, strict=True)
@@ -172,7 +248,13 @@ def compare(reference: GreedyRun, optimized: GreedyRun, strict: bool = True) -> 
         step_errors=[relative_error(o, r) for o, r in zip(optimized.step_logits, reference.step_logits, strict=True)],
         mismatches=mismatches,
         strict=strict,
+        reroutings=reroutings,
     )
+
+
+def _swapped(want_Tk: torch.Tensor, got_Tk: torch.Tensor) -> int:
+    """The most experts any token of a layer chose that the reference did not (0: same selection)."""
+    return max(len(set(w.tolist()) - set(g.tolist())) for w, g in zip(want_Tk, got_Tk, strict=True))
 
 
 def optimized_cpu_run(

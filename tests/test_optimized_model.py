@@ -8,6 +8,7 @@ commit): BEAM_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/test_optimized_mod
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -186,6 +187,49 @@ def test_a_packed_model_with_swapped_ops_computes_the_reference(reference_run):
     assert all(m.w_qkvg is not None for m in model.modules() if hasattr(m, "w_qkvg"))
     with pytest.raises(ValueError, match="pack_qkv_gate=True"):
         optimized_model.set_packed(random_model(TINY, SEED, CPU), True)
+
+
+def test_every_decode_step_records_each_moe_layers_experts(reference_run):
+    n_moe = sum(TINY.is_moe(layer) for layer in range(TINY.n_layers))
+    assert len(reference_run.step_routes) == DECODE_STEPS
+    assert all(len(step) == n_moe and all(ids.shape == (1, TINY.top_k) for ids in step)
+               for step in reference_run.step_routes)  # fmt: skip
+    assert model_parity.compare(reference_run, reference_run).reroutings == {}
+
+
+NEAR_TIE = model_parity.NEAR_TIE
+
+
+def _rerouted(run: model_parity.GreedyRun, steps: dict[int, int], argmax_changed: tuple[int, ...] = ()):
+    """`run` with `n` experts of the first MoE layer swapped at each step of `steps` (step -> n), and
+    its greedy token changed at the steps of `argmax_changed` (a far-from-tie change)."""
+    routes = [list(layers) for layers in run.step_routes]
+    for step, n in steps.items():
+        ids = routes[step][0].clone()
+        unused = [e for e in range(TINY.n_experts) if e not in set(ids[0].tolist())]
+        ids[0, :n] = torch.tensor(unused[:n])
+        routes[step][0] = ids
+    argmax = [a + 1 if i in argmax_changed else a for i, a in enumerate(run.argmax)]
+    return dataclasses.replace(run, step_routes=routes, argmax=argmax)
+
+
+def test_a_changed_token_is_admissible_only_where_a_narrow_rerouting_was_observed(reference_run):
+    def gap_rel(logits):  # the top-2 gap over the RMS, as the verdict measures it
+        top2 = logits.double().topk(2).values
+        return float((top2[0] - top2[1]) / logits.double().pow(2).mean().sqrt())
+
+    big_gap = next(i for i, logits in enumerate(reference_run.step_logits) if gap_rel(logits) > 5 * NEAR_TIE)
+    rerouted = model_parity.compare(reference_run, _rerouted(reference_run, {big_gap: 1}, (big_gap,)), strict=False)
+    assert rerouted.passed and rerouted.reroutings == {big_gap: {0: 1}}, rerouted.summary()
+    assert f"1 rerouted: [{big_gap}]" in rerouted.summary()
+    assert not model_parity.compare(reference_run, _rerouted(reference_run, {big_gap: 1}, (big_gap,))).passed  # strict
+    unexplained = model_parity.compare(reference_run, _rerouted(reference_run, {}, (big_gap,)), strict=False)
+    assert not unexplained.passed and f"step {big_gap}: greedy token" in unexplained.summary()
+    wide = model_parity.compare(reference_run, _rerouted(reference_run, {big_gap: 3}), strict=False)
+    assert not wide.passed and "more than 2 experts of a layer swapped" in wide.summary()
+    everywhere = _rerouted(reference_run, dict.fromkeys(range(DECODE_STEPS // 2 + 1), 1))
+    often = model_parity.compare(reference_run, everywhere, strict=False)
+    assert not often.passed and f"rerouted at {DECODE_STEPS // 2 + 1} of {DECODE_STEPS} steps" in often.summary()
 
 
 # ---- the library attention's layouts, with stand-in kernels on the CPU --------------------------------
