@@ -9,7 +9,8 @@ Two profiles behind one command, chosen by which of `model` and `task` is given:
   model  harness/profile_model.py runs the model with every ModelOps op wrapped in a named
          profiler range, and writes tables, a Chrome trace, a chart and a summary to
          <out>/<name>/ (harness/profile_analysis.py, harness/profile_summary.py).
-  task   harness/profile_kernel.py runs the candidate in a sandboxed child under `ncu` and appends
+  task   harness/profile_kernel.py profiles the candidate in a sandboxed child through nsight-python
+         (which re-runs that child under `ncu`, once per shape) and appends
          one KernelProfileRecord per shape to results/<task>/kernel_profiles.jsonl. Without a GPU
          or without Nsight Compute it says so and exits 0, writing nothing.
 Exit status: 0 when the profile was taken (or skipped for want of a GPU or ncu), 1 for bad input

@@ -1,21 +1,24 @@
-"""The kernel profile: one candidate under Nsight Compute, shape by shape, recorded beside its results.
+"""The kernel profile: one candidate under Nsight Compute through nsight-python, shape by shape.
 
     harness profile task=fuse_norm candidate=row_per_program 'shapes=["T=1","T=16384"]'
 
-The candidate runs in a sandboxed child (harness/profile_kernel_child.py) started by plain `ncu`:
-    ncu <NCU_OPTIONS> --metrics <METRICS> --export <job>/profile
-        python -P -m harness.profile_kernel_child <job>/request.json
-`--clock-control none` leaves the card's clocks alone (TOOLCHAIN.md); `--cache-control all`
-flushes the caches before each replay, so DRAM traffic is a cold call's; `--profile-from-start
-off` profiles only the child's cudaProfilerStart/Stop window (one call per shape, after warm-up).
-nsight-python is not used: it re-runs the calling process itself under ncu (here the whole harness
-command, outside the sandbox) and, when ncu is missing, runs it once more without profiling.
+The candidate runs in a sandboxed child (harness/profile_kernel_child.py):
+    python -P -s -B -m harness.profile_kernel_child <job>/request.json
+which calls an `nsight.analyze.kernel`-decorated function once per shape (metrics METRICS,
+cache_control "all": DRAM traffic is a cold call's; clock_control "none": the card's clocks are
+left alone, TOOLCHAIN.md; replay_mode "kernel"). nsight-python then re-runs that child, and only
+it, under `ncu` (sandboxed alike, its own environment variable NSPY_NCU_PROFILE set) and reads the
+report. For that the parent gives the child: this ncu's folder first on PATH (nsight-python runs
+`ncu` by name, through /bin/sh; so the binary must be called ncu), the folder of NVIDIA's
+`ncu_report` module on PYTHONPATH when this Python cannot import it already (nsight-python reads
+reports with it; Nsight Compute's extras/python, found next to ncu), PYTHONSAFEPATH (the re-run
+starts the child's file as a script, without -P), and an audit hook that lets nsight-python start
+its ncu commands.
 
 Before the child starts, the parent measures the copy bandwidth (and the GEMM rate, for shapes
-where compute could bind) for the floor fractions. After it, the parent reads the report with
-NVIDIA's `ncu_report` module (Nsight Compute's extras/python, found next to ncu when it is not on
-PYTHONPATH; harness/profile_kernel_records.py), appends one KernelProfileRecord per shape to
-results/<task>/kernel_profiles.jsonl and keeps the raw report in results/<task>/ncu/ (ncu-ui).
+where compute could bind) for the floor fractions. After it, the parent turns the child's events
+into one KernelProfileRecord per shape (harness/profile_kernel_records.py), appends them to
+results/<task>/kernel_profiles.jsonl and keeps each shape's raw report in results/<task>/ncu/ (ncu-ui).
 
 Without CUDA or without ncu, `execute` says which is missing and returns 0, writing nothing.
 """
@@ -23,10 +26,12 @@ Without CUDA or without ncu, `execute` says which is missing and returns 0, writ
 from __future__ import annotations
 
 import glob
-import importlib
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -35,7 +40,6 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 import torch
 
@@ -44,11 +48,10 @@ from harness import candidates as candidate_files
 from harness.profile import ProfileSettings
 from harness.profile_kernel_records import (
     METRICS,
+    NSIGHT_OPTIONS,
     PROFILES_FILE,
-    RANGE_PREFIX,
     KernelProfileRecord,
     kernel_profile_section,
-    read_report,
     shape_figures,
     shape_statuses,
 )
@@ -59,12 +62,10 @@ REPORTS_DIR = "ncu"
 CHILD_MODULE = "harness.profile_kernel_child"
 NCU_FALLBACKS = ("/usr/local/cuda/bin/ncu", "/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda*/nsight-compute*/ncu")
 NCU_REPORT_DIRS = ("/opt/nvidia/nsight-compute/*/extras/python", "/usr/local/cuda*/nsight-compute*/extras/python")
-NCU_OPTIONS = ("--target-processes", "all", "--profile-from-start", "off", "--nvtx", "--clock-control", "none",
-               "--cache-control", "all", "--replay-mode", "kernel")  # fmt: skip
 
 
 class NcuUnusable(RuntimeError):
-    """ncu is there but cannot be used as installed (no report reader): the machine's problem."""
+    """ncu is there but cannot be used as installed (no nsight-python, no report reader): the machine's problem."""
 
 
 # ---- validation and availability ------------------------------------------------------------------
@@ -82,6 +83,8 @@ def find_ncu(explicit: str | None) -> str | None:
     if explicit is not None:
         if not (os.path.isfile(explicit) and os.access(explicit, os.X_OK)):
             raise ValueError(f"ncu={explicit!r} is not an executable file")
+        if os.path.basename(explicit) != "ncu":
+            raise ValueError(f"ncu={explicit!r} must be a file named ncu: nsight-python runs `ncu` from PATH")
         return explicit
     on_path = shutil.which("ncu")
     if on_path:
@@ -113,18 +116,19 @@ def prepare(s: ProfileSettings) -> KernelJob:
     return KernelJob(s, task, found[0], shapes, ncu, "; ".join(missing) or None)
 
 
-def import_ncu_report(ncu: str):
-    """NVIDIA's report reader, from PYTHONPATH or from the Nsight Compute install that holds `ncu`."""
-    try:
-        return importlib.import_module("ncu_report")
-    except ImportError:
-        pass
+def child_import_paths(ncu: str) -> list[str]:
+    """Folders the child needs on PYTHONPATH besides the parent's: the one holding NVIDIA's report reader
+    ncu_report (which nsight-python imports) when this Python cannot import it, found in the Nsight
+    Compute install that holds `ncu`. Raises NcuUnusable when nsight-python or ncu_report is missing."""
+    if importlib.util.find_spec("nsight") is None:
+        raise NcuUnusable("nsight-python is not importable: install it (pyproject's gpu extra: nsight-python==0.9.6)")
+    if importlib.util.find_spec("ncu_report") is not None:
+        return []
     dirs = [Path(os.path.realpath(ncu)).parent / "extras" / "python"]
     dirs += [Path(p) for pattern in NCU_REPORT_DIRS for p in sorted(glob.glob(pattern), reverse=True)]
     for d in dirs:
         if (d / "ncu_report.py").is_file():
-            sys.path.insert(0, str(d))
-            return importlib.import_module("ncu_report")
+            return [str(d)]
     raise NcuUnusable(f"ncu is at {ncu} but its Python report reader ncu_report is not importable; looked in "
                        f"{[str(d) for d in dirs]}: put Nsight Compute's extras/python on PYTHONPATH")  # fmt: skip
 
@@ -142,27 +146,36 @@ def usable_metrics(query_output: str) -> tuple[list[str], list[str]]:
     return [m for m in METRICS if m not in missing], missing
 
 
-def ncu_command(ncu: str, metrics: list[str], report_base: Path, request_path: Path) -> list[str]:
-    return [ncu, *NCU_OPTIONS, "--metrics", ",".join(metrics), "--export", str(report_base), "--force-overwrite",
-            sys.executable, "-P", "-s", "-B", "-m", CHILD_MODULE, str(request_path)]  # fmt: skip
+def _shell_safe(*paths: str | Path) -> None:
+    """nsight-python joins the re-run's command line unquoted and hands it to /bin/sh."""
+    unsafe = [str(p) for p in paths if shlex.quote(str(p)) != str(p)]
+    if unsafe:
+        raise runner.HarnessError(f"nsight-python cannot start ncu on paths a shell would split or expand: {unsafe} "
+                                  "(set TMPDIR, or move the checkout or Python, to a plain path)")  # fmt: skip
 
 
-def _run_under_ncu(job: KernelJob, metrics: list[str], root: Path) -> tuple[sandbox.ChildRun, Path]:
-    """Run the child under ncu (sandbox.run_child's steps, with ncu in front of the child's command)."""
+def _run_child(job: KernelJob, metrics: list[str], root: Path,
+               import_paths: list[str]) -> tuple[sandbox.ChildRun, sandbox.Job]:  # fmt: skip
+    """Start the child (sandbox.run_child's steps, with ncu's folder first on PATH and the report reader
+    on PYTHONPATH); wait at most timeout_s for it and the ncu runs it starts; collect its report."""
     s, c = job.settings, job.candidate
     cache_dir = Path(s.cache_dir) if s.cache_dir else runner.DEFAULT_CACHE_DIR
-    child_job = sandbox.prepare_job(root, f"ncu-{c.short_hash}-{c.name}", True, c.path,
-                                    cache_dir / "triton" / c.content_hash, {})  # fmt: skip
+    child_job = sandbox.prepare_job(root, f"ncu-{c.short_hash}", True, c.path, cache_dir / "triton" / c.content_hash,
+                                    {})  # fmt: skip
+    module_file = importlib.util.find_spec(CHILD_MODULE).origin
+    _shell_safe(sys.executable, module_file, child_job.request_path, child_job.scratch)
     request = {
         "task": job.task.name, "shapes": [x.label for x in job.shapes], "seed": s.seed, "warmup": s.kernel_warmup,
-        "scratch": str(child_job.scratch), "report_path": str(child_job.report_path), "range_prefix": RANGE_PREFIX,
+        "metrics": metrics, "scratch": str(child_job.scratch), "report_path": str(child_job.report_path),
         "candidate": {"copy": str(child_job.candidate_copy), "hash": c.content_hash},
     }  # fmt: skip
     child_job.request_path.write_text(json.dumps(request, indent=1))
     child_job.report_path.touch(mode=0o644)
-    report_base = child_job.job_dir / "profile"
-    cmd = ncu_command(job.ncu, metrics, report_base, child_job.request_path)
     env = sandbox.child_env(child_job, "cuda", os.cpu_count() or 1)
+    env["PATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(job.ncu)), env["PATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *import_paths])
+    env["PYTHONSAFEPATH"] = "1"  # the re-run is `python <file> <request>`: no script folder on sys.path
+    cmd = [sys.executable, "-P", "-s", "-B", "-m", CHILD_MODULE, str(child_job.request_path)]
     start = time.monotonic()
     with open(child_job.log_path, "wb") as log:
         proc = subprocess.Popen(cmd, cwd=child_job.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
@@ -173,7 +186,7 @@ def _run_under_ncu(job: KernelJob, metrics: list[str], root: Path) -> tuple[sand
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            sandbox._kill_group(proc)  # ncu, the child and any compiler they started
+            sandbox._kill_group(proc)  # the child, ncu, the re-run and any compiler they started
     events, malformed = [], 0
     for line in child_job.report_path.read_text(errors="replace").splitlines():
         try:
@@ -184,20 +197,35 @@ def _run_under_ncu(job: KernelJob, metrics: list[str], root: Path) -> tuple[sand
     run = sandbox.ChildRun(None if timed_out else proc.returncode, timed_out, time.monotonic() - start, events, tail,
                            malformed)  # fmt: skip
     sandbox.persist_triton_cache(child_job, cache_dir / "triton" / c.content_hash)
-    return run, report_base.with_suffix(".ncu-rep")
+    return run, child_job
 
 
-def _kernels_of(run: sandbox.ChildRun, report_path: Path, ncu_report: ModuleType):
-    """(kernels per shape, stray kernel names) from ncu's report; raises HarnessError when ncu itself failed."""
+def _check_child(run: sandbox.ChildRun) -> None:
+    """Raise HarnessError when the child failed outside the candidate (and outside ncu's re-runs)."""
     if not any(e["event"] == "isolation" for e in run.events) or any(e["event"] == "child_error" for e in run.events):
         raise runner.HarnessError(f"the profiled child failed outside the candidate (exit {run.returncode}); "
                                   f"its log ends:\n{run.log_tail}")  # fmt: skip
-    if report_path.is_file():
-        return read_report(ncu_report, report_path)
-    if any(e["event"] == "profiled" for e in run.events):  # calls were made, yet ncu recorded nothing
-        errors = "\n".join(re.findall(r"==ERROR==.*", run.log_tail)) or run.log_tail
-        raise runner.HarnessError(f"ncu wrote no report although the child made profiled calls:\n{errors}")
-    return {}, []  # no call got that far: the statuses say why
+
+
+def _keep_report(event: dict, scratch: Path, dest: Path) -> Path | None:
+    """Copy a shape's raw report (a path the child named, inside its scratch) to `dest`."""
+    named = event.get("report")
+    if not named:
+        return None
+    path = Path(os.path.realpath(named))
+    if not (path.is_relative_to(os.path.realpath(scratch)) and path.is_file()):
+        return None
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(path, dest)
+    return dest
+
+
+def nsight_options() -> str:
+    try:
+        version = importlib.metadata.version("nsight-python")
+    except importlib.metadata.PackageNotFoundError:
+        version = "unknown"
+    return f"nsight-python {version}: " + " ".join(f"{k}={v}" for k, v in NSIGHT_OPTIONS.items())
 
 
 def execute(job: KernelJob) -> int:
@@ -206,7 +234,7 @@ def execute(job: KernelJob) -> int:
         print(f"kernel profile of {task.name}/{c.name} skipped: {job.skip_reason}. Nothing was written.")
         return 0
     try:
-        ncu_report = import_ncu_report(job.ncu)
+        import_paths = child_import_paths(job.ncu)
     except NcuUnusable as e:
         print(f"error: harness profile: {e}", file=sys.stderr)
         return 1
@@ -228,14 +256,16 @@ def execute(job: KernelJob) -> int:
                                         task.name)  # fmt: skip
     root = Path(tempfile.mkdtemp(prefix=f"beam-profile-{task.name}-"))
     os.chmod(root, 0o711)
-    kept = None
+    kept: dict[str, Path] = {}
     try:
-        run, report_path = _run_under_ncu(job, metrics, root)
-        per_shape, stray = _kernels_of(run, report_path, ncu_report)
-        if report_path.is_file():
-            kept = results / REPORTS_DIR / f"{run_id}-{c.name}.ncu-rep"
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(report_path, kept)
+        run, child_job = _run_child(job, metrics, root, import_paths)
+        _check_child(run)
+        profiled = {e["shape"]: e for e in run.events if e["event"] == "profiled"}
+        for i, label in enumerate(labels):
+            if label in profiled:
+                dest = results / REPORTS_DIR / f"{run_id}-{c.name}-shape{i}.ncu-rep"
+                if _keep_report(profiled[label], child_job.scratch, dest) is not None:
+                    kept[label] = dest
     finally:
         if not s.keep_scratch:
             shutil.rmtree(root, ignore_errors=True)
@@ -245,25 +275,31 @@ def execute(job: KernelJob) -> int:
     isolation = next(e["layers"] for e in run.events if e["event"] == "isolation")
     statuses = shape_statuses(run, labels, s.timeout_s)
     env = environment.capture().to_dict()
+    options = nsight_options()
     made = []
     for shape in job.shapes:
         status, detail = statuses[shape.label]
-        kernels = per_shape.get(shape.label, [])
-        if status == "profiled" and not kernels:
+        call = profiled.get(shape.label, {})
+        kernels = call.get("kernels", []) if status == "profiled" else []
+        if status == "profiled" and not (kernels and call["values"]["duration_ns"]):
             status, detail = "no_kernels", "the profiled call launched no kernel that ncu saw"
-        figures = shape_figures(kernels, compiled, task, shape, copy_gbps, gemm_tflops) if kernels else {}
+        figures = shape_figures(kernels, call["values"], compiled, task, shape, copy_gbps,
+                                gemm_tflops) if status == "profiled" else {}  # fmt: skip
+        report = kept.get(shape.label)
         made.append(KernelProfileRecord(
             run_id=run_id, task=task.name, candidate=c.name, candidate_hash=c.content_hash,
             candidate_path=c.display_path, shape_label=shape.label, shape=dict(shape.params), status=status,
-            detail=detail, kernels=kernels, **figures, copy_gbps=copy_gbps, gemm_tflops=gemm_tflops,
-            compiled=compiled, ncu_version=ncu_version, metrics_missing=unknown_metrics,
-            ncu_report=str(kept.relative_to(results.parent)) if kept else None, ncu_options=" ".join(NCU_OPTIONS),
+            detail=detail, kernels=kernels if status == "profiled" else [], **figures, copy_gbps=copy_gbps,
+            gemm_tflops=gemm_tflops, compiled=compiled, ncu_version=ncu_version, metrics_missing=unknown_metrics,
+            ncu_report=str(report.relative_to(results.parent)) if report else None, ncu_options=options,
             seed=s.seed, warmup_calls=s.kernel_warmup, isolation=isolation, environment=env, command=s.command(),
         ))  # fmt: skip
     for r in made:
         records.append(results / PROFILES_FILE, r)
     print(kernel_profile_section([r.to_dict() for r in made]))
-    if stray:
-        print(f"note: {len(stray)} kernel(s) ran outside every shape's range and were left out: {sorted(set(stray))}")
-    print(f"records: {results / PROFILES_FILE}" + (f"; raw report: {kept} (open with ncu-ui)" if kept else ""))
+    for r in made:
+        if r.status == "profiler_error":
+            print(f"profiler error on {r.shape_label}:\n{r.detail}")
+    where = f"; raw reports: {results / REPORTS_DIR}/{run_id}-* (open with ncu-ui)" if kept else ""
+    print(f"records: {results / PROFILES_FILE}{where}")
     return 0 if any(r.status == "profiled" for r in made) else 1

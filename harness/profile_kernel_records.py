@@ -1,29 +1,36 @@
-"""What a kernel profile records: Nsight Compute's report read into KernelProfileRecords, and shown.
+"""What a kernel profile records: nsight-python's results turned into KernelProfileRecords, and shown.
 
-harness/profile_kernel.py runs the candidate under ncu; this module turns the report into figures:
-  read_report     kernels per shape, by the NVTX range "<RANGE_PREFIX><shape label>" each ran in,
-                  every metric of METRICS converted to base units (ns, bytes, %, registers)
-  shape_figures   per shape: duration (summed kernel time), DRAM throughput as % of peak and
-                  achieved occupancy (duration-weighted over the kernels), theoretical occupancy,
-                  registers per thread (the most of any kernel), spills (local-memory bytes moved,
-                  and ptxas's spill count of each Triton kernel), DRAM bytes against the task's
-                  Cost floor, and the floor fraction against the measured copy bandwidth / GEMM rate
-  shape_statuses  per shape: profiled, or what the candidate did instead (data, as in the runner)
+harness/profile_kernel_child.py profiles the candidate through nsight-python; this module holds what
+both sides of that child share and what the parent makes of it:
+  METRICS, NSIGHT_OPTIONS  what is asked of Nsight Compute, and how (`nsight.analyze.kernel`)
+  combine_kernels  nsight-python's `combine_kernel_metrics` rule when one call launches several
+                   kernels: it folds the kernels' metric arrays pairwise in launch order, so each
+                   metric is combined by its own rule: durations and bytes summed, registers, grid
+                   and block the largest of any kernel, percentages weighted by kernel duration (the
+                   fold carries the summed duration, so the running weighted mean stays exact)
+  call_figures     the kernels' names and the combined METRICS of one call, from the ProfileResults
+                   DataFrame (one row per metric: Annotation, Metric, AvgValue, Kernel "k1|k2", ...)
+  shape_figures    per shape: duration, DRAM throughput as % of peak, SM throughput and occupancy
+                   (achieved, theoretical), registers per thread, spills (local-memory bytes moved,
+                   and ptxas's spill count of the Triton kernels), DRAM bytes against the task's
+                   Cost floor, and the floor fraction against the measured copy bandwidth / GEMM rate
+  shape_statuses   per shape: profiled, or what the candidate (or the profiler) did instead
+Per-kernel metrics are not recorded: nsight-python hands back one combined value per metric and
+call (and the launched kernels' names); a call's kernels are listed by name only.
 Records are append-only, one per (run, shape), in results/<task>/kernel_profiles.jsonl;
 `kernel_profile_section` renders the latest per (candidate, shape) as Markdown for a task's report.
-
-`ncu_report` objects are used through five calls (load_report, range/action iteration,
-metric_by_name with value/unit, nvtx_state), so a stand-in can replace them in tests.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from harness import bench, records, sandbox
@@ -31,26 +38,30 @@ from harness.profile_summary import markdown_table
 from tasks.task import Shape, Task
 
 PROFILES_FILE = "kernel_profiles.jsonl"
-RANGE_PREFIX = "beam-profile:"
-# ncu metric -> record field. Values are read in base units (ns, bytes, %, registers).
+DURATION = "gpu__time_duration.sum"
+# ncu metric -> (record field, how several kernels of one call combine). ncu_report gives base units
+# (ns, bytes, %, registers).
 METRICS = {
-    "gpu__time_duration.sum": "duration_ns",
-    "dram__throughput.avg.pct_of_peak_sustained_elapsed": "dram_throughput_pct",
-    "sm__throughput.avg.pct_of_peak_sustained_elapsed": "sm_throughput_pct",
-    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
-    "sm__maximum_warps_per_active_cycle_pct": "theoretical_occupancy_pct",
-    "launch__registers_per_thread": "registers_per_thread",
-    "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": "local_load_bytes",
-    "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum": "local_store_bytes",
-    "dram__bytes_read.sum": "dram_read_bytes",
-    "dram__bytes_write.sum": "dram_write_bytes",
-    "launch__grid_size": "grid_size",
-    "launch__block_size": "block_size",
+    DURATION: ("duration_ns", "sum"),
+    "dram__throughput.avg.pct_of_peak_sustained_elapsed": ("dram_throughput_pct", "weighted"),
+    "sm__throughput.avg.pct_of_peak_sustained_elapsed": ("sm_throughput_pct", "weighted"),
+    "sm__warps_active.avg.pct_of_peak_sustained_active": ("achieved_occupancy_pct", "weighted"),
+    "sm__maximum_warps_per_active_cycle_pct": ("theoretical_occupancy_pct", "weighted"),
+    "launch__registers_per_thread": ("registers_per_thread", "max"),
+    "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": ("local_load_bytes", "sum"),
+    "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum": ("local_store_bytes", "sum"),
+    "dram__bytes_read.sum": ("dram_read_bytes", "sum"),
+    "dram__bytes_write.sum": ("dram_write_bytes", "sum"),
+    "launch__grid_size": ("grid_size", "max"),
+    "launch__block_size": ("block_size", "max"),
 }
-UNIT_SCALE = {"nsecond": 1.0, "usecond": 1e3, "msecond": 1e6, "second": 1e9,
-              "byte": 1.0, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9, "Tbyte": 1e12}  # fmt: skip
+# `nsight.analyze.kernel` settings besides metrics, combine_kernel_metrics and output_prefix: one cold
+# call per shape (caches flushed before each replay), the card's clocks left alone (TOOLCHAIN.md), no
+# thermal pauses (NVML's GPU 0 need not be the profiled GPU under CUDA_VISIBLE_DEVICES).
+NSIGHT_OPTIONS = {"runs": 1, "cache_control": "all", "clock_control": "none", "replay_mode": "kernel",
+                  "thermal_mode": "off", "output": "quiet"}  # fmt: skip
 STATUSES = ("profiled", "no_kernels", "import_error", "compile_error", "runtime_error", "cuda_fault", "crash",
-            "timeout", "not_run", "sandbox_violation")  # fmt: skip
+            "timeout", "not_run", "sandbox_violation", "profiler_error")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -66,12 +77,15 @@ class KernelProfileRecord:
     shape: dict[str, Any]
     status: str  # one of STATUSES
     detail: str  # why, when not profiled
-    kernels: list[dict[str, Any]]  # per kernel launched by the profiled call: name + the METRICS fields
+    kernels: list[str]  # names of the kernels the profiled call launched, in launch order
     duration_us: float | None = None  # summed over the call's kernels
     dram_throughput_pct: float | None = None  # duration-weighted
+    sm_throughput_pct: float | None = None  # duration-weighted
     achieved_occupancy_pct: float | None = None  # duration-weighted
     theoretical_occupancy_pct: float | None = None  # duration-weighted
     registers_per_thread: int | None = None  # the most of any kernel
+    grid_size: int | None = None  # blocks (threads per block) of the kernel; the largest of any when several
+    block_size: int | None = None
     spill_bytes: float | None = None  # local-memory bytes loaded + stored
     triton_spills: int | None = None  # ptxas spill count summed over the Triton kernels that ran (where known)
     dram_bytes: float | None = None
@@ -83,8 +97,8 @@ class KernelProfileRecord:
     gemm_tflops: float | None = None
     compiled: list[dict[str, Any]] = field(default_factory=list)  # Triton kernels compiled (all configs)
     ncu_version: str = ""
-    ncu_report: str | None = None  # the raw report, relative to the results directory
-    ncu_options: str = ""
+    ncu_report: str | None = None  # the raw report of this shape's profiled run, relative to the results directory
+    ncu_options: str = ""  # nsight-python's version and settings
     metrics_missing: list[str] = field(default_factory=list)  # METRICS this GPU's ncu does not know (None above)
     seed: int = 0
     warmup_calls: int = 0
@@ -124,113 +138,117 @@ def _numbers(obj: Any, where: str = "") -> list[tuple[str, float]]:
     return []
 
 
-# ---- reading the report --------------------------------------------------------------------------------
-def _metric(action, name: str) -> float | None:
-    m = action.metric_by_name(name)
-    if m is None:
-        return None
-    value = m.value()
-    if not isinstance(value, int | float) or isinstance(value, bool):
-        return None
-    return float(value) * UNIT_SCALE.get(m.unit(), 1.0)
+# ---- nsight-python's side ----------------------------------------------------------------------------
+def combine_kernels(metrics: Sequence[str]) -> Callable[[Any, Any], np.ndarray]:
+    """`combine_kernel_metrics` for `metrics` (nsight-python folds each call's kernels with it: the
+    combined values so far and the next kernel's, as arrays in `metrics` order). Percentages are
+    weighted by duration (NaN when the call's duration is not among `metrics` or is zero)."""
+    rules = [METRICS[m][1] for m in metrics]
+    d = list(metrics).index(DURATION) if DURATION in metrics else None
 
-
-def _shape_of(action) -> str | None:
-    state = action.nvtx_state()
-    if state is None:
-        return None
-    for domain_id in state.domains():
-        for name in state.domain_by_id(domain_id).push_pop_ranges():
-            if name.startswith(RANGE_PREFIX):
-                return name[len(RANGE_PREFIX) :]
-    return None
-
-
-def read_report(ncu_report, path: Path) -> tuple[dict[str, list[dict[str, Any]]], list[str]]:
-    """Kernels per shape label (launch order), and the names of kernels outside every shape's range."""
-    context = ncu_report.load_report(str(path))
-    per_shape: dict[str, list[dict[str, Any]]] = {}
-    stray = []
-    for r in range(context.num_ranges()):
-        rng = context.range_by_idx(r)
-        for a in range(rng.num_actions()):
-            action = rng.action_by_idx(a)
-            row = {"name": action.name(), **{f: _metric(action, m) for m, f in METRICS.items()}}
-            label = _shape_of(action)
-            if label is None:
-                stray.append(row["name"])
+    def combine(x: Any, y: Any) -> np.ndarray:
+        x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+        wx, wy = (x[d], y[d]) if d is not None else (math.nan, math.nan)
+        out = np.empty_like(x)
+        for i, rule in enumerate(rules):
+            if rule == "sum":
+                out[i] = x[i] + y[i]
+            elif rule == "max":
+                out[i] = max(x[i], y[i])
             else:
-                per_shape.setdefault(label, []).append(row)
-    return per_shape, stray
+                out[i] = (x[i] * wx + y[i] * wy) / (wx + wy) if wx + wy > 0 else math.nan
+        return out
+
+    return combine
+
+
+def call_figures(frame: pd.DataFrame) -> tuple[list[str], dict[str, float | None]]:
+    """(kernel names in launch order, record field -> value) of one profiled call, from nsight-python's
+    ProfileResults.to_dataframe() (one config, one run: a row per metric; `Kernel` joins the combined
+    kernels' names with '|'). METRICS not in the frame, or not finite, are None."""
+    values: dict[str, float | None] = dict.fromkeys((f for f, _ in METRICS.values()), None)
+    kernels: list[str] = []
+    for row in frame.to_dict("records"):
+        field_name = METRICS.get(row["Metric"], (None,))[0]
+        if field_name is None:
+            continue
+        value = row["AvgValue"]
+        ok = isinstance(value, int | float | np.number) and not isinstance(value, bool) and math.isfinite(value)
+        values[field_name] = float(value) if ok else None
+        kernels = str(row["Kernel"]).split("|")
+    return kernels, values
 
 
 # ---- per shape ---------------------------------------------------------------------------------------
-def _weighted(kernels: list[dict[str, Any]], key: str) -> float | None:
-    pairs = [(k[key], k["duration_ns"]) for k in kernels if k[key] is not None and k["duration_ns"]]
-    total = sum(d for _, d in pairs)
-    return sum(v * d for v, d in pairs) / total if total else None
-
-
-def _sum(kernels: list[dict[str, Any]], *keys: str) -> float | None:
-    values = [k[key] for k in kernels for key in keys if k[key] is not None]
-    return sum(values) if values else None
-
-
-def _ptxas_spills(kernel: dict[str, Any], compiled: list[dict[str, Any]]) -> int | None:
-    """Spills of the compiled Triton kernel that this launch ran: same name, and (autotuning compiles one
-    name several times) the launch's block size and registers; None when no compilation or several
-    with different counts fit."""
-    block, regs = kernel["block_size"], kernel["registers_per_thread"]
-    fits = [c for c in compiled if c["name"] == kernel["name"] and c["n_spills"] is not None
+def _ptxas_spills(name: str, block: float | None, regs: float | None, compiled: list[dict[str, Any]]) -> int | None:
+    """Spills of the compiled Triton kernel `name` that ran: autotuning compiles one name several times,
+    so the launch's block size and registers pick one when known (`block`/`regs`: None when the call
+    launched several kernels, whose figures are combined); None when none or several counts fit."""
+    fits = [c for c in compiled if c["name"] == name and c["n_spills"] is not None
             and (block is None or c["num_warps"] is None or c["num_warps"] * 32 == block)
             and (regs is None or c["n_regs"] is None or c["n_regs"] == regs)]  # fmt: skip
     counts = {c["n_spills"] for c in fits}
     return int(counts.pop()) if len(counts) == 1 else None
 
 
-def shape_figures(kernels: list[dict[str, Any]], compiled: list[dict[str, Any]], task: Task, shape: Shape,
-                  copy_gbps: float | None, gemm_tflops: float | None) -> dict[str, Any]:  # fmt: skip
-    """The record's figures for one shape from its kernels' metrics (each kernel also gets the ptxas spill
-    count of the Triton compilation that ran, when it can be told apart: `triton_n_spills`)."""
-    for k in kernels:
-        k["triton_n_spills"] = _ptxas_spills(k, compiled)
-    duration_ns = _sum(kernels, "duration_ns")
+def _total(*values: float | None) -> float | None:
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def shape_figures(kernels: list[str], values: dict[str, float | None], compiled: list[dict[str, Any]], task: Task,
+                  shape: Shape, copy_gbps: float | None, gemm_tflops: float | None) -> dict[str, Any]:  # fmt: skip
+    """The record's figures for one shape from its call's kernel names and combined METRICS (`call_figures`)."""
+    single = len(kernels) == 1
+    spills = [_ptxas_spills(k, values["block_size"] if single else None,
+                            values["registers_per_thread"] if single else None, compiled) for k in kernels]  # fmt: skip
+    known = [n for n in spills if n is not None]
+    duration_us = values["duration_ns"] / 1e3 if values["duration_ns"] else None
     cost = task.cost(shape)
     floor = bench.floor_us(cost.bytes, cost.flops, copy_gbps, gemm_tflops) if copy_gbps else None
-    spills = [k["triton_n_spills"] for k in kernels if k["triton_n_spills"] is not None]
-    regs = [k["registers_per_thread"] for k in kernels if k["registers_per_thread"] is not None]
-    duration_us = duration_ns / 1e3 if duration_ns else None
+    ints = {k: int(values[k]) if values[k] is not None else None for k in ("registers_per_thread", "grid_size",
+                                                                          "block_size")}  # fmt: skip
     return {
         "duration_us": duration_us,
-        "dram_throughput_pct": _weighted(kernels, "dram_throughput_pct"),
-        "achieved_occupancy_pct": _weighted(kernels, "achieved_occupancy_pct"),
-        "theoretical_occupancy_pct": _weighted(kernels, "theoretical_occupancy_pct"),
-        "registers_per_thread": int(max(regs)) if regs else None,
-        "spill_bytes": _sum(kernels, "local_load_bytes", "local_store_bytes"),
-        "triton_spills": int(sum(spills)) if spills else None,
-        "dram_bytes": _sum(kernels, "dram_read_bytes", "dram_write_bytes"),
+        **{k: values[k] for k in ("dram_throughput_pct", "sm_throughput_pct", "achieved_occupancy_pct",
+                                  "theoretical_occupancy_pct")},
+        **ints,
+        "spill_bytes": _total(values["local_load_bytes"], values["local_store_bytes"]),
+        "triton_spills": int(sum(known)) if known else None,
+        "dram_bytes": _total(values["dram_read_bytes"], values["dram_write_bytes"]),
         "floor_bytes": cost.bytes, "floor_flops": cost.flops, "floor_us": floor,
         "floor_fraction": floor / duration_us if floor and duration_us else None,
     }  # fmt: skip
 
 
 def shape_statuses(run: sandbox.ChildRun, labels: list[str], timeout_s: float) -> dict[str, tuple[str, str]]:
-    """(status, detail) per shape from what the child reported and how it ended; "profiled" is provisional
-    (the report must also hold the shape's kernels)."""
+    """(status, detail) per shape from what the child (and its re-runs under ncu: `rerun_*` events)
+    reported and how it ended; "profiled" is provisional (the call must also have launched kernels).
+    A shape whose profiled run failed is the candidate's status when its re-run said the candidate
+    raised, else "profiler_error" (ncu or nsight-python failed; the detail holds their errors)."""
     events = run.events
-    violations = next((e["violations"] for e in events if e["event"] == "done"), [])
-    violations = violations or next((e.get("violations") for e in events if e["event"] == "import_error"), [])
+    violations = [v for e in events if e["event"] in ("done", "import_error", "rerun_done", "rerun_error")
+                  for v in e.get("violations") or []]  # fmt: skip
     if violations:
-        return {label: ("sandbox_violation", "; ".join(violations[:5])) for label in labels}
+        detail = "; ".join(list(dict.fromkeys(violations))[:5])
+        return {label: ("sandbox_violation", detail) for label in labels}
     imported = next((e for e in events if e["event"] == "import_error"), None)
     if imported is not None:
         return {label: (imported["status"], imported["message"]) for label in labels}
     out: dict[str, tuple[str, str]] = {}
+    rerun_errors = {e["shape"]: e for e in events if e["event"] == "rerun_error"}
     for e in events:
         if e["event"] == "profiled":
             out[e["shape"]] = ("profiled", "")
         elif e["event"] == "call_error":
             out[e["shape"]] = (e["status"], e["message"])
+        elif e["event"] == "profile_error":
+            raised = rerun_errors.get(e["shape"])
+            if raised is not None and raised["status"] != "profiler_error":
+                out[e["shape"]] = (raised["status"], f"under ncu: {raised['message']}")
+            else:
+                out[e["shape"]] = ("profiler_error", "\n".join(x for x in (raised and raised["message"],
+                                                                            e["message"]) if x))  # fmt: skip
     started = [e["shape"] for e in events if e["event"] == "shape_start"]
     if not any(e["event"] == "done" for e in events):
         died = f"the child died ({run.signal_name or f'exit {run.returncode}'}) without reporting"

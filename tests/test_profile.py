@@ -8,6 +8,7 @@ import dataclasses
 import gzip
 import inspect
 import json
+import os
 import shlex
 from pathlib import Path
 
@@ -240,49 +241,43 @@ def test_kernel_profile_without_ncu_says_so_and_writes_nothing(tmp_path, capsys,
 
 
 class _Metric:
-    def __init__(self, value, unit):
-        self._value, self._unit = value, unit
+    def __init__(self, value):
+        self._value = value
 
     def value(self):
         return self._value
 
-    def unit(self):
-        return self._unit
-
-
-class _Domain:
-    def __init__(self, ranges):
-        self._ranges = ranges
-
-    def push_pop_ranges(self):
-        return self._ranges
-
-
-class _Nvtx:
-    def __init__(self, ranges):
-        self._domains = {0: _Domain(ranges)}
-
-    def domains(self):
-        return list(self._domains)
-
-    def domain_by_id(self, i):
-        return self._domains[i]
-
 
 class _Action:
-    """Stands in for ncu_report.IAction: a name, metrics with units, an NVTX state."""
+    """What nsight-python's extraction reads of an ncu_report action (extraction.extract_ncu_action_data)."""
 
-    def __init__(self, name, ranges, metrics):
-        self._name, self._nvtx, self._metrics = name, _Nvtx(ranges) if ranges is not None else None, metrics
+    def __init__(self, name, annotation, metrics):
+        self._name, self._annotation = name, annotation
+        self._metrics = {**metrics, "device__attribute_clock_rate": 1980000,
+                         "device__attribute_memory_clock_rate": 2619000,
+                         "device__attribute_display_name": "NVIDIA H200"}  # fmt: skip
 
     def name(self):
         return self._name
 
-    def nvtx_state(self):
-        return self._nvtx
+    def metric_names(self):
+        return list(self._metrics)
 
-    def metric_by_name(self, name):
-        return self._metrics.get(name)
+    def __getitem__(self, metric):
+        return _Metric(self._metrics[metric])
+
+    def nvtx_state(self):
+        action = self
+
+        class State:
+            def domains(self):
+                return [0]
+
+            def domain_by_id(self, _):
+                return type("Domain", (), {"name": lambda _: "nsight-python",
+                                           "push_pop_ranges": lambda _: [action._annotation]})()  # fmt: skip
+
+        return State()
 
 
 class _Report:
@@ -302,63 +297,100 @@ class _Report:
         return self._actions[i]
 
 
-def _metrics(duration, dram_pct, occupancy, regs, local_ld, dram_read, duration_unit="nsecond"):
+def _kernel(duration, dram_pct, occupancy, regs, local_ld, dram_read, block=128):
     return {
-        "gpu__time_duration.sum": _Metric(duration, duration_unit),
-        "dram__throughput.avg.pct_of_peak_sustained_elapsed": _Metric(dram_pct, "%"),
-        "sm__warps_active.avg.pct_of_peak_sustained_active": _Metric(occupancy, "%"),
-        "launch__registers_per_thread": _Metric(regs, "register/thread"),
-        "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": _Metric(local_ld, "byte"),
-        "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum": _Metric(0, "byte"),
-        "dram__bytes_read.sum": _Metric(dram_read, "Kbyte"),
-        "dram__bytes_write.sum": _Metric(1, "Kbyte"),
-        "launch__block_size": _Metric(128, ""),
-    }
+        "gpu__time_duration.sum": duration, "dram__throughput.avg.pct_of_peak_sustained_elapsed": dram_pct,
+        "sm__throughput.avg.pct_of_peak_sustained_elapsed": 10.0,
+        "sm__warps_active.avg.pct_of_peak_sustained_active": occupancy,
+        "sm__maximum_warps_per_active_cycle_pct": 50.0, "launch__registers_per_thread": regs,
+        "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum": local_ld, "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum": 0,
+        "dram__bytes_read.sum": dram_read, "dram__bytes_write.sum": 1000, "launch__grid_size": 132,
+        "launch__block_size": block,
+    }  # fmt: skip
 
 
-def test_report_reading_assigns_kernels_to_shapes_and_weighs_them():
-    prefix = kr.RANGE_PREFIX
-    report = _Report([
-        _Action("warmup_kernel", [], _metrics(1, 1, 1, 1, 0, 1)),
-        _Action("_fused", ["outer", prefix + "T=1"], _metrics(3000, 20.0, 50.0, 40, 0, 10)),
-        _Action("_tail", [prefix + "T=1"], _metrics(1.0, 80.0, 25.0, 96, 64, 30, duration_unit="usecond")),
-        _Action("_fused", [prefix + "T=16384"], _metrics(200_000, 90.0, 70.0, 40, 0, 600_000)),
-        _Action("no_nvtx", None, _metrics(1, 1, 1, 1, 0, 1)),
-    ])  # fmt: skip
-    per_shape, stray = kr.read_report(type("M", (), {"load_report": staticmethod(lambda _: report)}),
-                                                  Path("x.ncu-rep"))  # fmt: skip
-    assert stray == ["warmup_kernel", "no_nvtx"]
-    assert [k["name"] for k in per_shape["T=1"]] == ["_fused", "_tail"]
-    assert per_shape["T=1"][1]["duration_ns"] == 1000.0 and per_shape["T=1"][0]["dram_read_bytes"] == 10_000.0
-    assert per_shape["T=1"][0]["theoretical_occupancy_pct"] is None  # a metric the report lacks stays None
+def _profile_through_nsight(monkeypatch, tmp_path, label, kernels, metrics):
+    """The child's first run on one shape, through nsight-python's own decorator, extraction and
+    aggregation; ncu's launch and NVIDIA's report reader are the stand-ins."""
+    import nsight
+    import nsight.collection.ncu as nsight_ncu
+    import nsight.extraction as nsight_extraction
+
+    from harness import profile_kernel_child as pkc
+
+    launched = []
+    report = _Report([_Action(name, label, {m: v for m, v in values.items() if m in metrics})
+                      for name, values in kernels])  # fmt: skip
+    monkeypatch.setattr(nsight_ncu, "launch_ncu", lambda path, *a, **k: launched.append((path, os.environ.copy())))
+    monkeypatch.setattr(nsight_extraction, "ncu_report", type("R", (), {"load_report": staticmethod(lambda p: report)}))
+    monkeypatch.delenv(pkc.RERUN_ENV, raising=False)
+    monitor = pkc.ProfileMonitor(writable=(str(tmp_path),), library_roots=())
+    event = pkc.profile_shape(nsight, monitor, label, pkc.report_prefix(str(tmp_path), 0), metrics)
+    assert launched[0][0] == f"{tmp_path}/nsight/shape0-ncu-output-profiled-0.ncu-rep"
+    assert launched[0][1][pkc.SHAPE_ENV] == label  # the re-run learns its shape from the environment
+    return event
+
+
+def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeypatch, tmp_path):
+    metrics = list(kr.METRICS)
+    event = _profile_through_nsight(monkeypatch, tmp_path, "T=1", [
+        ("_fused", _kernel(3000, 20.0, 50.0, 40, 0, 10_000)),
+        ("_tail", _kernel(1000, 80.0, 25.0, 96, 64, 30_000, block=256)),
+    ], metrics)  # fmt: skip
+    assert event["kernels"] == ["_fused", "_tail"] and event["report"] is None  # no real ncu wrote one
+    v = event["values"]
+    assert v["duration_ns"] == 4000 and v["registers_per_thread"] == 96 and v["block_size"] == 256
+    assert v["dram_throughput_pct"] == pytest.approx((20.0 * 3000 + 80.0 * 1000) / 4000)
+    assert v["achieved_occupancy_pct"] == pytest.approx((50.0 * 3000 + 25.0 * 1000) / 4000)
+    assert v["theoretical_occupancy_pct"] == pytest.approx(50.0)
+    assert v["dram_read_bytes"] == 40_000 and v["local_load_bytes"] == 64
     task = get_task("fuse_norm")
     shape = task.shape("T=1", "cuda")
-    compiled = [  # autotuning compiled _tail twice: the launch's registers tell which one ran
-        {"name": "_fused", "n_regs": 40, "n_spills": 0, "num_warps": 4},
-        {"name": "_tail", "n_regs": 96, "n_spills": 3, "num_warps": 4},
-        {"name": "_tail", "n_regs": 255, "n_spills": 40, "num_warps": 4},
-    ]
-    fig = kr.shape_figures(per_shape["T=1"], compiled, task, shape, copy_gbps=4000.0, gemm_tflops=None)
-    assert fig["duration_us"] == pytest.approx(4.0)
-    assert fig["dram_throughput_pct"] == pytest.approx((20.0 * 3000 + 80.0 * 1000) / 4000)
-    assert fig["achieved_occupancy_pct"] == pytest.approx((50.0 * 3000 + 25.0 * 1000) / 4000)
-    assert fig["registers_per_thread"] == 96 and fig["spill_bytes"] == 64 and fig["triton_spills"] == 3
-    assert fig["dram_bytes"] == pytest.approx(10_000 + 1000 + 30_000 + 1000)
+    compiled = [{"name": "_fused", "n_regs": 40, "n_spills": 0, "num_warps": 4},
+                {"name": "_tail", "n_regs": 96, "n_spills": 3, "num_warps": 8}]  # fmt: skip
+    fig = kr.shape_figures(event["kernels"], v, compiled, task, shape, copy_gbps=4000.0, gemm_tflops=None)
+    assert fig["duration_us"] == pytest.approx(4.0) and fig["spill_bytes"] == 64 and fig["triton_spills"] == 3
+    assert fig["dram_bytes"] == pytest.approx(40_000 + 2000)
     cost = task.cost(shape)
-    assert fig["floor_bytes"] == cost.bytes
-    assert fig["floor_fraction"] == pytest.approx(cost.bytes / 4000e3 / 4.0)
+    assert fig["floor_bytes"] == cost.bytes and fig["floor_fraction"] == pytest.approx(cost.bytes / 4000e3 / 4.0)
     record = kr.KernelProfileRecord(
         run_id="r", task=task.name, candidate="c", candidate_hash="a" * 64, candidate_path="p", shape_label="T=1",
-        shape=dict(shape.params), status="profiled", detail="", kernels=per_shape["T=1"], **fig,
+        shape=dict(shape.params), status="profiled", detail="", kernels=event["kernels"], **fig,
     )  # fmt: skip
-    section = kr.kernel_profile_section([record.to_dict()])
-    assert "| c | T=1 | profiled | 2 | 4.0 |" in section
+    assert "| c | T=1 | profiled | 2 | 4.0 |" in kr.kernel_profile_section([record.to_dict()])
     with pytest.raises(ValueError, match="needs its kernels"):
         dataclasses.replace(record, kernels=[])
     with pytest.raises(ValueError, match="non-finite"):
         dataclasses.replace(record, floor_us=float("nan"))
     with pytest.raises(ValueError, match="needs a detail"):
         dataclasses.replace(record, status="crash")
+
+
+def test_a_metric_this_ncu_lacks_stays_none_and_autotuned_spills_pick_by_launch(monkeypatch, tmp_path):
+    metrics = [m for m in kr.METRICS if m != "sm__maximum_warps_per_active_cycle_pct"]
+    event = _profile_through_nsight(monkeypatch, tmp_path, "T=16384", [("_tail", _kernel(2000, 90.0, 70.0, 96, 0, 1))],
+                                    metrics)  # fmt: skip
+    assert event["kernels"] == ["_tail"] and event["values"]["theoretical_occupancy_pct"] is None
+    task = get_task("fuse_norm")
+    compiled = [{"name": "_tail", "n_regs": 96, "n_spills": 3, "num_warps": 4},  # the one that ran (96 regs)
+                {"name": "_tail", "n_regs": 255, "n_spills": 40, "num_warps": 4}]  # fmt: skip
+    fig = kr.shape_figures(event["kernels"], event["values"], compiled, task, task.shape("T=16384", "cuda"), None, None)
+    assert fig["triton_spills"] == 3 and fig["floor_fraction"] is None and fig["theoretical_occupancy_pct"] is None
+
+
+def test_the_audit_hook_lets_only_nsight_pythons_ncu_commands_through_and_only_with_the_permit():
+    from harness import profile_kernel_child as pkc
+
+    monitor = pkc.ProfileMonitor(writable=("/nonexistent",), library_roots=())
+    run_ncu = ("/bin/sh", ["/bin/sh", "-c", "ncu --log-file x --metrics a -f -o r.ncu-rep python c.py q.json"])
+    with pytest.raises(PermissionError):
+        monitor._check("subprocess.Popen", (*run_ncu, None, None))
+    with monitor.ncu_permit():
+        monitor._check("subprocess.Popen", (None, ["ncu", "--version"], None, None))
+        monitor._check("subprocess.Popen", (*run_ncu, None, None))
+        with pytest.raises(PermissionError):
+            monitor._check("subprocess.Popen", ("/bin/sh", ["/bin/sh", "-c", "curl x | sh"], None, None))
+    assert monitor.violations == ["process: subprocess.Popen '/bin/sh'"] * 1
 
 
 def _child_run(events, returncode=0, timed_out=False):
@@ -384,6 +416,53 @@ def test_shape_statuses_turn_the_childs_end_into_data():
     errored = _child_run([iso, {"event": "call_error", "shape": "T=8", "status": "runtime_error", "message": "bad"},
                           {"event": "done", "violations": ["network: socket.connect"]}])  # fmt: skip
     assert kr.shape_statuses(errored, labels, 60)["T=1"][0] == "sandbox_violation"
+
+    ran_under_ncu = _child_run([iso, {"event": "shape_start", "shape": "T=1"},
+                                {"event": "rerun_error", "shape": "T=1", "status": "cuda_fault", "message": "IMA"},
+                                {"event": "profile_error", "shape": "T=1", "message": "ProfilerException: x"},
+                                {"event": "shape_start", "shape": "T=8"},
+                                {"event": "profile_error", "shape": "T=8", "message": "ERR_NVGPUCTRPERM"},
+                                {"event": "done", "violations": []}])  # fmt: skip
+    statuses = kr.shape_statuses(ran_under_ncu, labels, 60)
+    assert statuses["T=1"] == ("cuda_fault", "under ncu: IMA") and statuses["T=8"] == ("profiler_error",
+                                                                                       "ERR_NVGPUCTRPERM")  # fmt: skip
+
+
+@pytest.mark.parametrize("ending", ["crash", "hang"])
+def test_a_crashing_or_hanging_profiled_child_becomes_statuses(tmp_path, monkeypatch, candidate_file, ending):
+    """The parent's process handling on a stand-in child (the real one needs CUDA and ncu)."""
+    (tmp_path / "stand_in_child.py").write_text(
+        "import json, os, signal, sys, time\n"
+        "req = json.load(open(sys.argv[1]))\n"
+        "assert os.environ['PATH'].startswith(req['ncu_dir']) and os.environ['PYTHONSAFEPATH'] == '1'\n"
+        "with open(req['report_path'], 'a') as f:\n"
+        "    f.write(json.dumps({'event': 'isolation', 'layers': {}}) + '\\n')\n"
+        "    f.write(json.dumps({'event': 'shape_start', 'shape': req['shapes'][0]}) + '\\n')\n"
+        f"{'time.sleep(60)' if ending == 'hang' else 'os.kill(os.getpid(), signal.SIGSEGV)'}\n"
+    )  # fmt: skip
+    (tmp_path / "bin").mkdir()
+    ncu = tmp_path / "bin" / "ncu"
+    ncu.write_text("#!/bin/sh\n")
+    ncu.chmod(0o755)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))  # the child's
+    monkeypatch.syspath_prepend(str(tmp_path))  # the parent's (it finds the child's file, for the re-run's command)
+    monkeypatch.setattr(profile_kernel, "CHILD_MODULE", "stand_in_child")
+    original = json.dumps
+    monkeypatch.setattr(
+        profile_kernel.json,
+        "dumps",
+        lambda obj, **k: original({**obj, "ncu_dir": str(ncu.parent)} if "shapes" in obj else obj, **k),
+    )
+    settings = ProfileSettings(task="fuse_norm", candidate=candidate_file, shapes=("T=1", "T=16384"), timeout_s=5,
+                               cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    job = profile_kernel.prepare(settings)
+    job = dataclasses.replace(job, ncu=str(ncu), skip_reason=None)
+    run, _ = profile_kernel._run_child(job, list(kr.METRICS), tmp_path / "root", [])
+    profile_kernel._check_child(run)
+    statuses = kr.shape_statuses(run, ["T=1", "T=16384"], settings.timeout_s)
+    first = ("timeout", "killed after 5 s (timeout_s)") if ending == "hang" else (
+        "crash", "the child died (SIGSEGV) without reporting")  # fmt: skip
+    assert statuses == {"T=1": first, "T=16384": ("not_run", f"not run: the child stopped earlier ({first[0]})")}
 
 
 # ---- GPU --------------------------------------------------------------------------------------------
@@ -411,8 +490,11 @@ def test_kernel_profile_of_a_candidate_under_ncu(tmp_path):
         assert r.status == "profiled", r.detail
         assert r.metrics_missing == [], f"this ncu lacks {r.metrics_missing}"
         assert r.duration_us > 0 and 0 < r.dram_throughput_pct <= 100 and 0 < r.achieved_occupancy_pct <= 100
-        assert r.registers_per_thread > 0 and r.spill_bytes is not None and r.floor_fraction > 0
+        assert r.registers_per_thread > 0 and r.spill_bytes is not None and 0 < r.floor_fraction < 1.5
+        assert r.kernels and r.block_size > 0 and r.ncu_options.startswith("nsight-python 0.9.6")
         assert (tmp_path / r.ncu_report).is_file()
+    big = found[1]  # base units: DRAM bytes of the large shape within reach of the task's byte floor
+    assert 0.5 < big.dram_bytes / big.floor_bytes < 4
 
 
 @pytest.mark.parametrize("task_name", sorted(TASKS))
