@@ -196,7 +196,7 @@ def _run_child(job: KernelJob, metrics: list[str], root: Path,
     tail = child_job.log_path.read_text(errors="replace")[-sandbox.LOG_TAIL_CHARS :]
     run = sandbox.ChildRun(None if timed_out else proc.returncode, timed_out, time.monotonic() - start, events, tail,
                            malformed)  # fmt: skip
-    sandbox.persist_triton_cache(child_job, cache_dir / "triton" / c.content_hash)
+    sandbox.persist_triton_cache(child_job, cache_dir / "triton" / c.content_hash, autotuning=True)  # alone on its GPU
     return run, child_job
 
 

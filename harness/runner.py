@@ -238,7 +238,8 @@ class _Evaluation:
         run = sandbox.run_child(job, request, timeout_s, self.device, self.threads, self.settings.cuda_devices)
         ended = "timed out" if run.timed_out else "ended"
         self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s")
-        sandbox.persist_triton_cache(job, self.cache_dir / "triton" / triton_key)
+        # Parity children share the GPU (self.jobs at a time): their autotuning choices are not kept.
+        sandbox.persist_triton_cache(job, self.cache_dir / "triton" / triton_key, autotuning=mode != "parity")
         return run, job
 
     def run_parity_children(self, bar: tqdm) -> None:

@@ -140,6 +140,7 @@ def _first_unreadable(path: Path) -> Path | None:
 # candidate's torch.compile peer failed with PermissionError). Its Triton kernels still come from
 # the candidate's own Triton cache on a second run.
 STARTS_EMPTY_IN_ISOLATION = frozenset({"TORCHINDUCTOR_CACHE_DIR"})
+AUTOTUNE_FILES = "*.autotune.json"  # Triton's cached autotuning choices (Autotuner.check_disk_cache)
 
 
 def prepare_job(
@@ -185,12 +186,17 @@ def _copy_dir(src: Path, dst: Path) -> None:
         dst.mkdir(parents=True, exist_ok=True)
 
 
-def copy_triton_cache(src: Path, dst: Path) -> None:
+def copy_triton_cache(src: Path, dst: Path, autotuning: bool = True) -> None:
     """Copy a Triton cache and point its group files at the copy. A group file (`__grp__*.json`)
     lists its kernel's files by absolute path: left as they are, a copy would read the files of the
     child that compiled them (another job's scratch, outside the sandbox; seen on the H200 as a
-    secret_read of a kernel named `_qk_token_kernel`), or miss them once that job is gone."""
-    _copy_dir(src, dst)
+    secret_read of a kernel named `_qk_token_kernel`), or miss them once that job is gone.
+    `autotuning=False` leaves out the autotuners' cached choices (`*.autotune.json`)."""
+    if src.is_dir() and not autotuning:
+        shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("*.lock", AUTOTUNE_FILES),
+                        dirs_exist_ok=True)  # fmt: skip
+    else:
+        _copy_dir(src, dst)
     for group in dst.glob("*/__grp__*.json"):
         try:
             data = json.loads(group.read_text())
@@ -326,10 +332,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
-def persist_triton_cache(job: Job, dest: Path) -> None:
-    """Copy the child's Triton cache back to the candidate's own persistent cache."""
+def persist_triton_cache(job: Job, dest: Path, autotuning: bool) -> None:
+    """Copy the child's Triton cache back to the candidate's own persistent cache. `autotuning`: keep
+    the configs its autotuners chose (Triton's cache_results). Only a child that had the GPU to itself
+    should keep them: GPU parity children run two at a time, and a choice timed beside another
+    child's kernels can be several times off (seen on the H200: 13.3 us at T=1 for a fuse_norm kernel
+    that ran 3.9 us at T=3, 12 us at T=8 for a moe_route kernel that ran 3.6 us at T=64)."""
     if job.triton_cache.is_dir():
-        copy_triton_cache(job.triton_cache, dest)
+        copy_triton_cache(job.triton_cache, dest, autotuning)
 
 
 # ---- child side ---------------------------------------------------------------------------------

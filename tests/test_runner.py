@@ -122,9 +122,14 @@ def test_a_copied_triton_cache_points_its_groups_at_the_copy(tmp_path):
     (src / "__grp___qk_token_kernel.json").write_text(
         json.dumps({"child_paths": {"_qk_token_kernel.cubin": str(src / "_qk_token_kernel.cubin")}})
     )
+    (src / "_qk_token_kernel.autotune.json").write_text("{}")
     sandbox.copy_triton_cache(tmp_path / "src", tmp_path / "dst")
     group = json.loads((tmp_path / "dst" / "HASH" / "__grp___qk_token_kernel.json").read_text())
     assert group["child_paths"] == {"_qk_token_kernel.cubin": str(tmp_path / "dst" / "HASH" / "_qk_token_kernel.cubin")}
+    assert (tmp_path / "dst" / "HASH" / "_qk_token_kernel.autotune.json").exists()
+    sandbox.copy_triton_cache(tmp_path / "src", tmp_path / "shared-gpu", autotuning=False)  # a parity child's
+    assert sorted(p.name for p in (tmp_path / "shared-gpu" / "HASH").iterdir()) == [
+        "__grp___qk_token_kernel.json", "_qk_token_kernel.cubin"]  # fmt: skip
 
 
 def test_an_isolated_child_copies_the_shared_caches_except_inductors(tmp_path):
