@@ -169,12 +169,13 @@ def _run_child(job: KernelJob, metrics: list[str], root: Path,
         "metrics": metrics, "scratch": str(child_job.scratch), "report_path": str(child_job.report_path),
         "candidate": {"copy": str(child_job.candidate_copy), "hash": c.content_hash},
     }  # fmt: skip
-    child_job.request_path.write_text(json.dumps(request, indent=1))
-    child_job.report_path.touch(mode=0o644)
     env = sandbox.child_env(child_job, "cuda", os.cpu_count() or 1)
     env["PATH"] = os.pathsep.join([os.path.dirname(os.path.abspath(job.ncu)), env["PATH"]])
     env["PYTHONPATH"] = os.pathsep.join([env["PYTHONPATH"], *import_paths])
     env["PYTHONSAFEPATH"] = "1"  # the re-run is `python <file> <request>`: no script folder on sys.path
+    request["env_names"] = sorted(env)  # what the re-run finds beyond these, ncu put there
+    child_job.request_path.write_text(json.dumps(request, indent=1))
+    child_job.report_path.touch(mode=0o644)
     cmd = [sys.executable, "-P", "-s", "-B", "-m", CHILD_MODULE, str(child_job.request_path)]
     start = time.monotonic()
     with open(child_job.log_path, "wb") as log:

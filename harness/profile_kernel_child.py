@@ -97,6 +97,13 @@ class ProfileMonitor(sandbox.Monitor):
         super()._check(event, args)
 
 
+def injected_by_ncu(request: dict[str, Any]) -> frozenset[str]:
+    """The variables of the re-run's environment that the parent did not set: ncu's (and nsight-python's)
+    own, such as NV_TPS_LAUNCH_TOKEN, which any copy of os.environ reads (seen on the H200, where it was
+    recorded as a secret read). They are not the parent's secrets: the parent's never reach the child."""
+    return frozenset(os.environ) - set(request["env_names"])
+
+
 def triton_kernels(module: Any) -> list[dict[str, Any]]:
     """Registers and spills of the Triton kernels the module compiled, from each CompiledKernel (ptxas's
     own counts). Reads Triton's JIT caches (triton 3.6: JITFunction.device_caches[device][0])."""
@@ -215,7 +222,8 @@ def run(request: dict[str, Any], report: child.Reporter, layers: dict[str, str],
     if not rerun and shutil.which("ncu") is None:
         raise RuntimeError(f"ncu is not on the child's PATH ({os.environ.get('PATH')})")
     monitor = ProfileMonitor(writable=(os.path.realpath(request["scratch"]),),
-                             library_roots=child._library_roots(torch))  # fmt: skip
+                             library_roots=child._library_roots(torch),
+                             harmless_env=injected_by_ncu(request) if rerun else frozenset())  # fmt: skip
     monitor.install()
     layers.update(audit_hook="active", secret_env="active")
     if not rerun:

@@ -10,6 +10,8 @@ import inspect
 import json
 import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -391,6 +393,25 @@ def test_the_audit_hook_lets_only_nsight_pythons_ncu_commands_through_and_only_w
         with pytest.raises(PermissionError):
             monitor._check("subprocess.Popen", ("/bin/sh", ["/bin/sh", "-c", "curl x | sh"], None, None))
     assert monitor.violations == ["process: subprocess.Popen '/bin/sh'"] * 1
+
+
+def test_variables_ncu_put_in_the_re_run_are_not_recorded_as_secret_reads(monkeypatch):
+    from harness import profile_kernel_child as pkc
+
+    monkeypatch.setenv("NV_TPS_LAUNCH_TOKEN", "ncu's own")
+    monkeypatch.setenv("HOME", "/scratch")
+    assert pkc.injected_by_ncu({"env_names": [k for k in os.environ if k != "NV_TPS_LAUNCH_TOKEN"]}) == {
+        "NV_TPS_LAUNCH_TOKEN"}  # fmt: skip
+    # The witness itself, in a fresh interpreter (an audit hook cannot be removed again).
+    script = (
+        "import os; from harness import sandbox\n"
+        "m = sandbox.Monitor(writable=(), library_roots=(), harmless_env=frozenset({'NV_TPS_LAUNCH_TOKEN'}))\n"
+        "m.install(); dict(os.environ.copy()); os.environ.get('GITHUB_TOKEN'); print(m.violations)"
+    )
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": str(Path(__file__).parents[1]),
+           "NV_TPS_LAUNCH_TOKEN": "ncu's own", "GITHUB_TOKEN": "planted"}  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['secret_env_read: GITHUB_TOKEN']", out
 
 
 def _child_run(events, returncode=0, timed_out=False):
