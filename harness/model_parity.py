@@ -29,9 +29,10 @@ outputs) moves the decode logits by 1-2.5% normwise per step. Hence:
     than the reference did at that step. Both runs record every MoE layer's expert ids at every
     decode step (also inside the CUDA graph: the ids are copied into buffers the replays refill),
     so a rerouting is observed, not assumed. It stays admissible only while it looks like noise at
-    a selection boundary: at most MAX_SWAPPED experts of a layer's top-k swapped, on at most
-    MAX_REROUTED_FRACTION of the steps; a wrong router or routing op reroutes nearly every step,
-    and swaps most of the experts. Such steps are listed in the verdict, never hidden.
+    a selection boundary: at most MAX_SWAPPED experts swapped in the first MoE layer that differs
+    (the later layers then see another input, and may differ more: a consequence, not a cause),
+    on at most MAX_REROUTED_FRACTION of the steps; a wrong router or routing op reroutes nearly
+    every step, and swaps most of the experts. Such steps are listed in the verdict, never hidden.
     (Seen on the H200, beam-slice at 100K context: 4-7 of 32 greedy tokens differed with top-2
     gaps of 0.12-0.28 x RMS on steps whose logits moved by 14-35%, the others by 1.2%.)
 
@@ -195,9 +196,9 @@ class ParityVerdict:
         if len(self.reroutings) > MAX_REROUTED_FRACTION * n_steps:
             out.append(f"rerouted at {len(self.reroutings)} of {n_steps} steps (at most "
                        f"{MAX_REROUTED_FRACTION:g} of them): not noise at a selection boundary")  # fmt: skip
-        wide = {step: layers for step, layers in self.reroutings.items() if max(layers.values()) > MAX_SWAPPED}
+        wide = {step: layers for step, layers in self.reroutings.items() if layers[min(layers)] > MAX_SWAPPED}
         if wide:
-            out.append(f"more than {MAX_SWAPPED} experts of a layer swapped at steps {wide}")
+            out.append(f"more than {MAX_SWAPPED} experts swapped in the first rerouted layer at steps {wide}")
         for m in self.mismatches:
             if self.strict or not (m.near_tie or m.rerouted):
                 out.append(f"step {m.step}: greedy token {m.optimized}, reference {m.reference} "

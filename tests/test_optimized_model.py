@@ -200,15 +200,16 @@ def test_every_decode_step_records_each_moe_layers_experts(reference_run):
 NEAR_TIE = model_parity.NEAR_TIE
 
 
-def _rerouted(run: model_parity.GreedyRun, steps: dict[int, int], argmax_changed: tuple[int, ...] = ()):
-    """`run` with `n` experts of the first MoE layer swapped at each step of `steps` (step -> n), and
+def _rerouted(run: model_parity.GreedyRun, steps: dict[int, int], argmax_changed: tuple[int, ...] = (),
+              layer: int = 0):  # fmt: skip
+    """`run` with `n` experts of MoE layer `layer` swapped at each step of `steps` (step -> n), and
     its greedy token changed at the steps of `argmax_changed` (a far-from-tie change)."""
     routes = [list(layers) for layers in run.step_routes]
     for step, n in steps.items():
-        ids = routes[step][0].clone()
+        ids = routes[step][layer].clone()
         unused = [e for e in range(TINY.n_experts) if e not in set(ids[0].tolist())]
         ids[0, :n] = torch.tensor(unused[:n])
-        routes[step][0] = ids
+        routes[step][layer] = ids
     argmax = [a + 1 if i in argmax_changed else a for i, a in enumerate(run.argmax)]
     return dataclasses.replace(run, step_routes=routes, argmax=argmax)
 
@@ -226,7 +227,9 @@ def test_a_changed_token_is_admissible_only_where_a_narrow_rerouting_was_observe
     unexplained = model_parity.compare(reference_run, _rerouted(reference_run, {}, (big_gap,)), strict=False)
     assert not unexplained.passed and f"step {big_gap}: greedy token" in unexplained.summary()
     wide = model_parity.compare(reference_run, _rerouted(reference_run, {big_gap: 3}), strict=False)
-    assert not wide.passed and "more than 2 experts of a layer swapped" in wide.summary()
+    assert not wide.passed and "more than 2 experts swapped in the first rerouted layer" in wide.summary()
+    cascade = _rerouted(_rerouted(reference_run, {big_gap: 1}), {big_gap: TINY.top_k}, layer=1)  # its consequence
+    assert model_parity.compare(reference_run, cascade, strict=False).passed
     everywhere = _rerouted(reference_run, dict.fromkeys(range(DECODE_STEPS // 2 + 1), 1))
     often = model_parity.compare(reference_run, everywhere, strict=False)
     assert not often.passed and f"rerouted at {DECODE_STEPS // 2 + 1} of {DECODE_STEPS} steps" in often.summary()
