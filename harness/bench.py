@@ -22,7 +22,10 @@ so that clock and thermal drift hit them alike and their ratio means something.
   Summary: p20 / p50 / p80 of the per-call times; (p80 - p20) / p50 is the noise band.
 - Roofline: the floor of a shape is max(bytes / copy bandwidth, flops / GEMM rate), both measured
   in the same process (a large device-to-device copy, read + write counted; a large BF16 GEMM).
-  floor_fraction = floor / p50 (1.0 is at the roofline); a p50 below the floor is suspicious.
+  floor_fraction = floor / p50 (1.0 is at the roofline). A p50 below SUSPICIOUS_FRACTION of the
+  floor is suspicious: a kernel that mostly reads can beat a copy's rate somewhat (on the H200,
+  moe_experts/routed_slots streamed expert weights at 104-108% of the copy bandwidth measured
+  beside it), a kernel that skips work beats it by far.
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ def quantile(values: list[float], q: float) -> float:
 def summarize(per_call_us: list[float], method: str, calls_per_window: int, note: str | None) -> Timing:
     p20, p50, p80 = (quantile(per_call_us, q) for q in QUANTILES)
     return Timing(p20, p50, p80, method, len(per_call_us), calls_per_window, note)
+
+
+SUSPICIOUS_FRACTION = 0.8  # of the floor; see the module docstring
+
+
+def is_suspicious(p50_us: float, floor_us_: float) -> bool:
+    """Faster than the roofline allows beyond a read-over-copy margin: a measurement or a cheat to look at."""
+    return p50_us < SUSPICIOUS_FRACTION * floor_us_
 
 
 def floor_us(bytes_: int, flops: int, copy_gbps: float, gemm_tflops: float | None) -> float:

@@ -1,10 +1,11 @@
 """Promotion: which candidate the optimized model uses for a task. A pure function of records.
 
 A candidate is eligible when, in one GPU run over ALL of the task's GPU shapes, on every shape:
-it passed parity, it was timed, its time is not below the roofline floor (suspicious), and it
-beats every baseline timed in its own process beyond the noise: its p80 is below the baseline's
-p20 (the two p20..p80 bands do not overlap), for the reference, torch.compile of the reference
-and every library baseline that could run (an unavailable library is recorded, not required).
+it passed parity, it was timed, its time is not implausibly far below the roofline floor
+(bench.is_suspicious), and it beats every baseline timed in its own process beyond the noise: its
+p80 is below the baseline's p20 (the two p20..p80 bands do not overlap), for the reference,
+torch.compile of the reference and every library baseline that could run (an unavailable library
+is recorded, not required).
 Among eligible candidates the one with the best geometric mean, over shapes, of its smallest
 speedup over any baseline (p50 ratio) is promoted.
 
@@ -67,7 +68,9 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
             reasons.append(f"{label}: not timed ({r.timing_skipped})")
             continue
         if r.suspicious:
-            reasons.append(f"{label}: p50 {r.timing.p50_us:.2f} us is below the roofline floor {r.floor_us:.2f} us")
+            reasons.append(
+                f"{label}: p50 {r.timing.p50_us:.2f} us is implausibly far below the roofline floor {r.floor_us:.2f} us"
+            )
         missing = [b for b in REQUIRED_BASELINES if b not in r.baselines_us]
         if missing:
             reasons.append(f"{label}: baselines {missing} were not timed beside it")

@@ -137,7 +137,7 @@ class EvaluationRecord:
     speedups: dict[str, float] = field(default_factory=dict)  # baseline p50 / this p50
     floor_us: float | None = None
     floor_fraction: float | None = None  # floor_us / p50_us: 1.0 is the roofline
-    suspicious: bool = False  # faster than the roofline floor: a measurement or a cheat to look at
+    suspicious: bool = False  # faster than the roofline floor allows (harness/bench.py is_suspicious)
     copy_gbps: float | None = None
     gemm_tflops: float | None = None
     child_wall_s: float | None = None

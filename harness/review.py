@@ -59,8 +59,8 @@ def _first_problem(rows: Sequence[EvaluationRecord]) -> str | None:
         return f"{bad[0].status.value} on `{bad[0].shape_label}`: {bad[0].detail}{more}"
     low = [r for r in rows if r.suspicious]
     if low:
-        return (f"p50 below the roofline floor on `{low[0].shape_label}` ({low[0].timing.p50_us:.2f} us < "
-                f"{low[0].floor_us:.2f} us): a measurement error or a cheat")  # fmt: skip
+        return (f"p50 implausibly far below the roofline floor on `{low[0].shape_label}` ({low[0].timing.p50_us:.2f} "
+                f"us, floor {low[0].floor_us:.2f} us): a measurement error or a cheat")  # fmt: skip
     return None
 
 

@@ -495,7 +495,7 @@ class _Evaluation:
             if unit.roofline.get("copy_gbps"):
                 cost = self.task.cost(shape)
                 floor = bench.floor_us(cost.bytes, cost.flops, unit.roofline["copy_gbps"], unit.roofline["gemm_tflops"])
-                fraction, suspicious = floor / timing.p50_us, timing.p50_us < floor
+                fraction, suspicious = floor / timing.p50_us, bench.is_suspicious(timing.p50_us, floor)
         if unit.kind != "candidate":
             baselines_us, speedups = {}, {}  # a baseline's record carries its own timing only
         c = unit.candidate

@@ -335,6 +335,11 @@ def test_timers_are_sampled_round_robin_and_a_failing_one_is_dropped(monkeypatch
     assert sampled[:3] == ["a", "b", "c"] and sampled[3:6] == ["b", "c", "a"]
 
 
+def test_a_time_somewhat_below_the_copy_floor_is_plausible_far_below_it_is_suspicious():
+    assert not bench.is_suspicious(9.3, 10.0)  # 108% of the floor: a read-mostly kernel (H200, moe_experts)
+    assert bench.is_suspicious(5.0, 10.0)  # twice the bandwidth: work skipped, or a broken measurement
+
+
 # ---- the GPU records path, from a benchmark child's report (no GPU needed to build the records) ------
 def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
     from harness import candidates, runner
