@@ -24,7 +24,11 @@ Two schedules, chosen per call from the number of (token, expert) pairs P = T*k:
 Floor (tasks/moe_experts.py: distinct experts' weights once, bytes / 4275 GB/s, beam):
   T=1     629 MB -> 147 us (goal <= 165 us: 1.7x faster than torch._grouped_mm's 285 us)
   T=8     4.5 GB -> 1.05 ms;  T=64  17.5 GB -> 4.1 ms;  T=1000  20.1 GB -> 4.7 ms (+ 126 GFLOP)
-Measured on the H200: not yet (run by the lead; see the report of issue 5).
+Measured on the H200 (second session, commit 2a30055; results/README.md): p50 T=1 155.8 us (at the copy floor of
+  that run), T=3 430.6, T=8 1050, T=64 4003, T=1000 5887 us; torch._grouped_mm 320.7 / 734 / 1624 /
+  5673 / 7135 us. Goal met at T=1 (<= 165 us). At T=3..64 it read the experts at 104-108% of the
+  copy bandwidth measured beside it (reads beat a copy's rate), which the harness then flagged as
+  suspicious; the threshold is 0.8 of the floor since e45114f.
 
 Numerics (reference_model/ops.py moe_experts; the rounding points of three BF16 GEMMs):
   gate = bf16(x Wg^T), up = bf16(x Wu^T)       FP32 accumulation, rounded once each

@@ -11,7 +11,9 @@ T = 16384 it is the 16.8 MB read plus the per-row selection arithmetic.
 Floor (bytes / 4275 GB/s, bytes = T*E*4 + E*4 + T*k*12, E = 256, k = 8):
   T=1, 8, 64  <= 82 KB -> < 0.02 us: latency bound, the floor is one launch (~2 us graph replay)
   T=16384     18.4 MB  -> 4.3 us (goal <= 40 us: the selection arithmetic, not bytes, bounds it)
-Measured on the H200: not yet (run by the lead; see the report of issue 4).
+Measured on the H200 (second session, commit 2a30055; results/README.md): p50 T=1 4.79 us, T=3 3.86, T=8 3.90,
+  T=64 4.91, T=1000 63.8, T=16384 80.4 us; torch.compile 35.0 / 36.6 / 37.7 / 40.9 / 221 / 638 us.
+  Goals met at T=64 (<= 5); missed at T=1 (by 0.8 us) and T=16384 (by 40 us, as packed_keys).
 
 Sibling of packed_keys.py (same kernel, same numerics), with the selection on 32-bit values: each
 top-k step is an FP32 max over the row, then a min over the ids that hold it (ties: lowest id),

@@ -12,7 +12,10 @@ rows of slot_mapping, so k' never makes a second trip.
 Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row 512 B or 4 B):
   T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  sliding 579 MB -> 135.4 us (goal <= 140 us); global 571 MB -> 133.5 us (goal <= 135 us)
-Measured on the H200: not yet (run by the lead; see the report of issue 4).
+Measured on the H200 (second session, commit 2a30055; results/README.md): p50 sliding T=1 2.15 us, T=8 2.31,
+  T=64 2.93, T=16384 271.6 us (52% of the copy floor); global T=1 2.03, T=64 2.74, T=16384 186.3 us
+  (75%); reference 61.6 / 3662 us (sliding), 39.6 / 2545 us (global). Goals met at T=1 (<= 2.8 us);
+  missed at T=16384 by 132 us (sliding) and 51 us (global).
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3), FP32 math, the reference's rounding
 points:

@@ -14,7 +14,9 @@ Rows past H select the key pointers, the key norm weight and (global layers) a s
 Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row 512 B or 4 B):
   T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  sliding 579 MB -> 135.4 us (goal <= 140 us); global 571 MB -> 133.5 us (goal <= 135 us)
-Measured on the H200: not yet (run by the lead; see the report of issue 4).
+Measured on the H200 (second session, commit 2a30055): parity clean on every shape (0-1 ulp), but recorded as a sandbox
+  violation before its benchmark: it read its own compiled kernel through a Triton group file that
+  named the parity child's path (a harness fault, fixed in 37efa3e). Not timed yet.
 
 Numerics (reference_model/ops.py qk_norm_rope), identical to head_groups.py:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1

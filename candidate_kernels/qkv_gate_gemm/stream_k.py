@@ -17,7 +17,9 @@ Floor (bytes / 4275 GB/s, bytes = N*D*2 + T*D*2 + T*N*2, N = 14336, D = 5120):
   T=1   146.8 MB -> 34.35 us (goal <= 35.5 us, >= 97% of it)
   T=8   147.0 MB -> 34.39 us (goal <= 35.5 us)
   T=64  149.3 MB -> 34.93 us
-Measured on the H200: not yet (run by the lead; see the report of issue 4).
+Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1 52.6 us (69% of the weight-read
+  floor), T=3 41.6 (87%), T=8 41.5 (87%), T=64 50.5 (73%), T=1000 531 us; packed cuBLAS (the
+  reference) 37.0 / 36.95 / 36.7 / 40.8 / 198.7 us. Goal missed: 35.5 us at T=1 and 8.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 - BF16 MMAs accumulate in FP32 within a tile's run of K; a cut tile's FP32 partials are summed in K

@@ -21,7 +21,10 @@ Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (+ launch: ~2 us graph replay; goal <= 3.0 us)
   T=8   5.33 MB -> 1.25 us (goal <= 3.5 us)
   T=64  6.03 MB -> 1.41 us (goal <= 6.0 us)
-Measured on the H200: not yet (run by the lead; see the report of issue 4).
+Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1 6.66 us, T=3 7.79, T=8 7.20,
+  T=64 16.80, T=1000 133.2 us; cuBLAS FP32 (the reference) 7.90 / 18.40 / 22.54 / 21.46 / 95.25 us.
+  Goals missed: 3.0 / 3.5 / 6.0 us at T=1 / 8 / 64 (19% / 18% / 9% of the weight-read floor), and
+  slower than cuBLAS at T=1000.
 
 Numerics (reference_model/ops.py router_logits, BEAM.md §4.1): BF16 x upcast exactly, FP32 weights,
 FP32 accumulation, FP32 logits, no TF32 anywhere.
