@@ -349,8 +349,9 @@ def _library_roots(torch) -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(r) for r in roots))
 
 
-def baseline_impls(task, torch, names: list[str], report) -> dict[str, Any]:
-    """reference, torch_compile and the requested library baselines; unavailable ones are reported."""
+def baseline_impls(task, torch, names: list[str], n_shapes: int, report) -> dict[str, Any]:
+    """reference, torch_compile (compiled once per shape, `n_shapes` of them) and the requested
+    library baselines; unavailable ones are reported."""
     from tasks.task import BaselineUnavailable
 
     impls: dict[str, Any] = {}
@@ -360,9 +361,15 @@ def baseline_impls(task, torch, names: list[str], report) -> dict[str, Any]:
         elif name == "torch_compile":
             # Inductor keeps fused intermediates in FP32 unless told to emulate the casts: without
             # this it would skip the reference's BF16 rounding points and compute another function.
+            import torch._dynamo.config as dynamo_config
             import torch._inductor.config as inductor_config
 
             inductor_config.emulate_precision_casts = True
+            # One compiled graph per shape (dynamic=False): past dynamo's recompile limit (8) it would
+            # quietly run the reference eagerly (seen on the H200: qk_norm_rope's 12 shapes, the last
+            # ones timed as eager under the compile name). Room for every shape, and an error otherwise.
+            dynamo_config.recompile_limit = max(dynamo_config.recompile_limit, 4 * n_shapes + 8)
+            dynamo_config.fail_on_recompile_limit_hit = True
             impls[name] = torch.compile(task.reference, dynamic=False)
         else:
             try:
@@ -391,7 +398,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     device = torch.device(request["device"])
     torch.empty(1, device=device)  # initialize the device before the watched identities are taken
     mode, keep_alive = request["mode"], []
-    impls = baseline_impls(task, torch, request["baselines"], report)
+    impls = baseline_impls(task, torch, request["baselines"], len(request["shapes"]), report)
     if mode == "baselines":  # trusted: no candidate code in this process
         report.emit("isolation", layers=layers)
         guard: dict = {}  # trusted code: torch.compile may rebind torch functions as it traces, legitimately

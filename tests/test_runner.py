@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -333,6 +335,27 @@ def test_timers_are_sampled_round_robin_and_a_failing_one_is_dropped(monkeypatch
     assert 2.0 <= a.p20_us <= a.p50_us <= a.p80_us <= 2.2 and b.p50_us > a.p50_us
     sampled = order[2 * 3 :]  # after the warm-up windows, each round starts one implementation later
     assert sampled[:3] == ["a", "b", "c"] and sampled[3:6] == ["b", "c", "a"]
+
+
+def test_the_compile_peer_stays_compiled_on_every_shape_or_fails_loudly():
+    """Dynamo's recompile limit (8) would make shapes past the 8th run eagerly under the compile name.
+    In a fresh interpreter: the baselines' setup, then 12 shapes of one function, all compiled."""
+    script = """
+import torch
+from harness import child
+from tasks import get_task
+child.baseline_impls(get_task("fuse_norm"), torch, ["torch_compile"], 12, None)
+graphs = []
+def backend(gm, example_inputs):
+    graphs.append(gm)
+    return gm.forward
+f = lambda x: (x * 2).sum()
+for n in range(1, 13):
+    torch.compile(f, dynamic=False, backend=backend)(torch.ones(n))
+print(len(graphs), torch._dynamo.config.fail_on_recompile_limit_hit)
+"""
+    out = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    assert out.stdout.split() == ["12", "True"], out.stderr[-2000:]
 
 
 def test_a_time_somewhat_below_the_copy_floor_is_plausible_far_below_it_is_suspicious():
