@@ -378,7 +378,7 @@ def test_agent_prompt_prints_system_statement_and_tools(capsys, tmp_path):
     assert out.startswith("=== SYSTEM PROMPT ===\n" + SYSTEM_PROMPT.rstrip())
     for part in ("=== TASK STATEMENT ===", "def norm_residual_norm(", "h_new_TD = (h_TD.float() * a",
                  "def residual_coefficients(", "`tiny T=5`: preset=beam-tiny, T=5, D=96", "Promoted: none yet",
-                 "CPU only (no CUDA GPU)", "Model profile: none", "## The candidate file contract",
+                 "CPU only (no CUDA GPU)", "## Which ops dominate", "## The candidate file contract",
                  "=== TOOLS (5) ===", '"name": "submit_candidate"'):  # fmt: skip
         assert part in out, part
     code = cli.main(["agent", "prompt", "task=fuse_norm", "device=cpu", "agent=command", f"results_dir={tmp_path}"])
@@ -386,16 +386,20 @@ def test_agent_prompt_prints_system_statement_and_tools(capsys, tmp_path):
     assert code == 0 and "=== TOOLS" not in out and "Write ONE complete candidate file to" in out
 
 
-def test_hot_spots_come_from_the_newest_profile_summary(tmp_path):
-    old, new = tmp_path / "old-run", tmp_path / "new-run"
-    for d, share in ((old, "11.0"), (new, "42.0")):
-        d.mkdir()
-        text = "# Profile: beam-slice, decode, reference ops\n\n## Which ops dominate\n\n- `norm_residual_norm`: "
-        (d / "summary.md").write_text(text + f"{share}% of the op time\n\n## Ops\n\n| op |\n")
-    os.utime(old / "summary.md", (1, 1))
+def test_hot_spots_come_from_the_newest_profile_of_each_kind(tmp_path):
+    runs = {"beam-slice-decode-reference-cuda-20261130T070000Z": ("decode", "11.0"),
+            "beam-slice-decode-reference-cuda-20261130T080000Z": ("decode", "42.0"),
+            "beam-slice-prefill-reference-cuda-20261130T075000Z": ("prefill", "91.7")}  # fmt: skip
+    for name, (scenario, share) in runs.items():
+        (tmp_path / name).mkdir()
+        text = f"# Profile: beam-slice, {scenario}, reference ops\n\n## Which ops dominate\n\n- `attention`: "
+        (tmp_path / name / "summary.md").write_text(text + f"{share}% of the op time\n\n## Ops\n\n| op |\n")
+    os.utime(tmp_path / "beam-slice-decode-reference-cuda-20261130T080000Z" / "summary.md", (1, 1))  # a checkout's
     text = context.hot_spots_text(TASK, tmp_path / "results", tmp_path)
-    assert "new-run/summary.md (Profile: beam-slice, decode, reference ops)" in text
-    assert "42.0% of the op time" in text and "11.0%" not in text and "## Ops" not in text
+    assert "T080000Z/summary.md (Profile: beam-slice, decode, reference ops)" in text  # by its stamp, not its mtime
+    assert "T075000Z/summary.md (Profile: beam-slice, prefill, reference ops)" in text
+    assert text.index("42.0%") < text.index("91.7%") and "11.0%" not in text and "## Ops" not in text
+    assert "Model profile: none" in context.hot_spots_text(TASK, tmp_path / "results", tmp_path / "nothing")
 
 
 # ---- the pieces ----------------------------------------------------------------------------------------

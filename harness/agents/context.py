@@ -9,6 +9,7 @@ as such ("none yet"), never guessed.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from tasks.task import Task
 PROFILES_DIR = REPO_ROOT / "profiles"
 SUMMARY_FILE = "summary.md"
 HOT_SPOT_SECTION = "## Which ops dominate"
+MAX_PROFILES = 2  # model profiles shown (the newest of each kind: decode and prefill, say)
 MAX_SECTION_CHARS = 4000
 
 
@@ -138,9 +140,28 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
     return "\n".join(lines + broken)
 
 
-def newest_profile_summary(profiles_dir: Path) -> Path | None:
-    summaries = [p for p in profiles_dir.glob(f"*/{SUMMARY_FILE}") if p.is_file()] if profiles_dir.is_dir() else []
-    return max(summaries, key=lambda p: p.stat().st_mtime) if summaries else None
+RUN_STAMP = re.compile(r"(\d{8}T\d{6}Z)$")  # harness/profile_model.py ends each run folder's name with it
+
+
+def newest_profile_summaries(profiles_dir: Path) -> list[Path]:
+    """The newest summary of each profile kind (preset, scenario, ops: its title), newest first. Age
+    is the UTC stamp that ends the run folder's name (a fresh checkout's file times say nothing),
+    else the file's modification time."""
+
+    def age(path: Path) -> tuple[str, float]:
+        stamp = RUN_STAMP.search(path.parent.name)
+        return (stamp.group(1) if stamp else "", path.stat().st_mtime)
+
+    newest: dict[str, Path] = {}
+    for path in sorted(profiles_dir.glob(f"*/{SUMMARY_FILE}")) if profiles_dir.is_dir() else []:
+        kind = _title(path.read_text(errors="replace"))
+        if kind not in newest or age(path) > age(newest[kind]):
+            newest[kind] = path
+    return sorted(newest.values(), key=age, reverse=True)
+
+
+def _title(text: str) -> str:
+    return next((line[2:] for line in text.splitlines() if line.startswith("# ")), "Profile")
 
 
 def markdown_section(text: str, heading: str) -> str | None:
@@ -160,16 +181,15 @@ def _clip(text: str, limit: int = MAX_SECTION_CHARS) -> str:
 
 def hot_spots_text(task: Task, results_dir: Path, profiles_dir: Path) -> str:
     parts = []
-    summary = newest_profile_summary(profiles_dir)
-    if summary is None:
+    summaries = newest_profile_summaries(profiles_dir)
+    if not summaries:
         parts.append(f"Model profile: none (no {profiles_dir.name}/<run>/{SUMMARY_FILE} yet; "
                      "`harness profile model=beam-slice` writes one).")  # fmt: skip
-    else:
+    for summary in summaries[:MAX_PROFILES]:
         text = summary.read_text(errors="replace")
-        title = next((line for line in text.splitlines() if line.startswith("# ")), "# Profile")
         section = markdown_section(text, HOT_SPOT_SECTION) or "(the summary has no ranking section)"
         shown = summary.relative_to(REPO_ROOT) if summary.is_relative_to(REPO_ROOT) else summary
-        parts.append(f"Newest model profile, {shown} ({title[2:]}):\n{_clip(section)}")
+        parts.append(f"Newest model profile of its kind, {shown} ({_title(text)}):\n{_clip(section)}")
     profiles, _ = load_profiles(results_dir, task.name)
     if profiles:
         parts.append("Kernel profiles of this task (Nsight Compute, latest per candidate and shape):\n"
