@@ -50,16 +50,16 @@ _perf_counter = time.perf_counter
 
 @dataclass(frozen=True)
 class BenchSettings:
-    warmup_windows: int = 3
-    samples: int = 40
-    min_samples: int = 10
+    warmup_windows: int = 3  # untimed windows first (compilation, autotuning, allocator)
+    samples: int = 40  # timed windows per implementation and shape (p20 / p50 / p80 over them)
+    min_samples: int = 10  # taken even when max_seconds runs out first
     max_seconds: float = 8.0  # per implementation and shape, over all samples
     decode_max_tokens: int = 64  # T <= this: CUDA-graph replay
     graph_calls: int = 100  # calls captured per graph (one timed window)
     event_calls: int = 3  # calls per timed window for larger shapes
-    rotations_max: int = 64
+    rotations_max: int = 64  # input sets rotated through at most
     l2_cover: float = 2.0  # rotate enough input sets to cover this multiple of the L2 cache
-    rotation_bytes_max: int = 16 << 30
+    rotation_bytes_max: int = 16 << 30  # memory the rotated input sets may take
     copy_bytes: int = 1 << 30  # buffer of the bandwidth measurement
     gemm_size: int = 8192  # M = N = K of the GEMM-rate measurement
 

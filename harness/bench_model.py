@@ -82,8 +82,8 @@ class BenchModelSettings:
     compile_peer: bool = True  # time reference+compile (GPU only)
     waterfall: bool = True  # time the +change / -change variants
     libraries: bool = True  # library attention and MoE-expert paths (GPU only)
-    seed: int = 0
-    out: str = "results/model_bench"
+    seed: int = 0  # weights, synthetic context and tokens
+    out: str = "results/model_bench"  # records, summaries and charts
     results_dir: str | None = None  # promotion records; default <repo>/results
 
     def __post_init__(self) -> None:

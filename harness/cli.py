@@ -1,7 +1,8 @@
 """`harness <command> key=value ...`: the command line. The only module that imports Hydra.
 
 The first word(s) name the command (`COMMANDS`); the rest goes to Hydra unchanged, so overrides,
-`+key=value`, `-m` (multirun), `--cfg job` and `--help` all work. Each command is a module exposing
+`+key=value`, `-m` (multirun) and `--cfg job` work; `--help` is answered here, from the
+settings dataclass (every field, its default and the comment beside it in the source). Each command is a module exposing
 a frozen `...Settings` dataclass (its fields and defaults ARE the command's configuration: no YAML
 repeats them) and a `main(settings) -> int` function (the exit status). Hydra composes the
 config once, from harness/conf/command.yaml over the dataclass's schema; `_to_settings` converts it
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
+import re
 import sys
 import types
 import typing
@@ -69,9 +72,73 @@ def usage() -> str:
     return (
         "usage: harness <command> [key=value ...] [-m] [--cfg job] [--help]\n\n"
         f"commands:\n{rows}\n\n"
-        "Each command takes Hydra overrides; `harness <command> --help` lists its settings and defaults.\n"
+        "Each command takes Hydra overrides; `harness <command> --help` lists its settings, defaults, meanings.\n"
         "Example: harness run task=fuse_norm seeds=[1,2] \"shapes=['T=1','T=8']\""
     )
+
+
+# ---- `harness <command> --help`: the settings, their defaults and what they mean -------------------
+HELP_FLAGS = ("-h", "--help")
+_FIELD_LINE = re.compile(r"^\s+(\w+)\s*:[^#]*?(?:#\s*(.*))?$")
+_COMMENT_LINE = re.compile(r"^\s+#\s?(.*)$")
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the source of the dataclass (or of the dataclass it extends): the one on
+    the field's line, else the comment block right above it; formatter pragmas left out. The source
+    is the documentation: written once, there."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    comments: dict[str, str] = {}
+    for klass in (k for k in cls.__mro__ if dataclasses.is_dataclass(k)):
+        above: list[str] = []
+        for line in inspect.getsource(klass).splitlines()[1:]:
+            field, comment = _FIELD_LINE.match(line), _COMMENT_LINE.match(line)
+            if comment:
+                above.append(comment.group(1).strip())
+                continue
+            if field and field.group(1) in names and field.group(1) not in comments:
+                text = (field.group(2) or "").strip()
+                text = "" if text.startswith(("fmt:", "noqa", "type:")) else text
+                comments[field.group(1)] = text or " ".join(above)
+            above = []
+    return {name: text for name, text in comments.items() if text}
+
+
+def _value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    return "''" if value == "" else str(value)
+
+
+def settings_lines(cls: type, indent: str = "") -> list[tuple[str, str]]:
+    """(`key: default` with nesting indentation, its comment) for every field of a settings dataclass."""
+    comments, rows = field_comments(cls), []
+    for f in dataclasses.fields(cls):
+        if f.default is not dataclasses.MISSING:
+            default = f.default
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
+        else:
+            default = "???"  # mandatory
+        if dataclasses.is_dataclass(default):
+            rows.append((f"{indent}{f.name}:", comments.get(f.name, "")))
+            rows += settings_lines(type(default), indent + "  ")
+        else:
+            rows.append((f"{indent}{f.name}: {_value(default)}", comments.get(f.name, "")))
+    return rows
+
+
+def command_help(command: Command, settings_cls: type) -> str:
+    rows = settings_lines(settings_cls)
+    width = max(len(key) for key, _ in rows)
+    body = "\n".join(f"{key:<{width}}  # {text}" if text else key for key, text in rows)
+    return (f"harness {command.name}: {command.help}\n\n== Settings (key: default  # meaning) ==\n{body}\n\n"
+            "Override any of them with key=value (lists: key=[a,b]); sweep with -m key=a,b; --cfg job prints\n"
+            "the composed configuration. Use --hydra-help for Hydra's own options.")  # fmt: skip
 
 
 def find_command(argv: list[str]) -> tuple[Command, list[str]] | None:
@@ -135,6 +202,9 @@ def run_command(command: Command, args: list[str]) -> int:
         print(f"error: command `harness {command.name}` needs {command.module}.{command.settings} and "
               f".{command.main}, which do not import: {type(e).__name__}: {e}", file=sys.stderr)  # fmt: skip
         return 1
+    if any(a in HELP_FLAGS for a in args):
+        print(command_help(command, settings_cls))
+        return 0
     import hydra
     from hydra.core.config_store import ConfigStore
     from omegaconf.errors import MissingMandatoryValue

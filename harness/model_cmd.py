@@ -43,7 +43,7 @@ GRAPH_REL_TOL = 1e-2  # normwise; a replay runs the eager kernels, so any real d
 
 @dataclass(frozen=True)
 class ModelInfoSettings:
-    preset: str = "beam"
+    preset: str = "beam"  # beam | beam-slice | beam-tiny (reference_model/config.py)
 
     def __post_init__(self) -> None:
         get_config(self.preset)  # raises ValueError naming the known presets
@@ -51,14 +51,14 @@ class ModelInfoSettings:
 
 @dataclass(frozen=True)
 class ModelCheckSettings:
-    preset: str = "beam-slice"
+    preset: str = "beam-slice"  # beam-slice | beam-tiny (beam itself fits no single GPU)
     context: int = BENCH_CONTEXT  # synthetic tokens each sequence holds before decode / prefill
     decode_steps: int = 20  # timed decode steps, eager and graph
-    prefill_seqs: int = 8
-    prefill_len: int = 2048
+    prefill_seqs: int = 8  # sequences in the prefill batch
+    prefill_len: int = 2048  # new tokens per sequence
     prefill_repeats: int = 2  # timed prefills (after one warm-up), each from the same cache state
-    seed: int = 0
-    out: str = "results/model_check"
+    seed: int = 0  # weights and synthetic context
+    out: str = "results/model_check"  # one JSON record per check, never overwritten
 
     def __post_init__(self) -> None:
         cfg = get_config(self.preset)

@@ -72,12 +72,12 @@ class NightlySettings(runner.EvaluationSettings):
     date: str = ""  # YYYY-MM-DD; default: today (UTC)
     run: str = ""  # the run's folder name under results/nightly/; default: the date
     candidates_dir: str | None = None  # default: <repo>/candidate_kernels
-    regression: Thresholds = field(default_factory=Thresholds)
+    regression: Thresholds = field(default_factory=Thresholds)  # when a night counts as a regression
     gpus: tuple[str, ...] = ()  # claim one of these GPUs (CUDA_VISIBLE_DEVICES ids) for this invocation
     gpu_lock_dir: str = "/tmp/beam-harness-gpu-locks"  # host-local: one lock file per GPU
     wait_s: float = 6 * 3600.0  # how long to wait for items (or a GPU) another invocation holds
     summarize_only: bool = False  # write the summary of what the journal holds, exit by all of it
-    agent: AgentSettings = field(default_factory=AgentSettings)
+    agent: AgentSettings = field(default_factory=AgentSettings)  # agent=anthropic|command|replay (harness/agents/)
 
     def __post_init__(self) -> None:
         super().__post_init__()

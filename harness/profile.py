@@ -44,8 +44,8 @@ class ProfileSettings:
     out: str = "profiles"  # model profiles go to <out>/<name>/
     name: str | None = None  # None: <preset>-<scenario>-<ops>-<device>-<UTC time>
     top: int = 12  # ops in the chart and the summary's ranking
-    # Both: the model's weights and the task's inputs are drawn from this seed.
-    seed: int = 0
+    # Both profiles.
+    seed: int = 0  # the model's weights and the task's inputs are drawn from it
     # The kernel profile.
     shapes: tuple[str, ...] = ()  # the task's GPU shape labels; empty: every GPU shape
     kernel_warmup: int = 3  # calls before the profiled one (Triton compiles and autotunes here)

@@ -43,7 +43,7 @@ REVIEW_DIR = "review"  # <results_dir>/review/<stamp>/ unless out_dir is given
 @dataclass(frozen=True, kw_only=True)
 class ReviewSettings(runner.EvaluationSettings):
     base: str = ""  # a git revision: review what head changed since it left base (base...head)
-    head: str = "HEAD"
+    head: str = "HEAD"  # the revision whose candidates are judged (against base)
     candidates: tuple[str, ...] = ()  # or: these files (instead of a revision range)
     task: str = ""  # the task of `candidates` that are not in candidate_kernels/<task>/
     out_dir: str | None = None  # default: <results_dir>/review/<UTC stamp>

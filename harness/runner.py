@@ -88,11 +88,11 @@ class EvaluationSettings:
     results_dir: str | None = None  # default: <repo>/results
     cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, flashinfer)
     keep_scratch: bool = False  # keep the children's job directories (their logs) after the run
-    progress: bool = True
+    progress: bool = True  # progress bar on the terminal
     # CUDA_VISIBLE_DEVICES for this evaluation's children, e.g. "1" or "0,1" (None: inherit the parent's).
     # The parent's own GPU work (reference, FP64 judging) stays on its current device.
     cuda_devices: str | None = None
-    bench: bench.BenchSettings = field(default_factory=bench.BenchSettings)
+    bench: bench.BenchSettings = field(default_factory=bench.BenchSettings)  # how timing is sampled (harness/bench.py)
 
     def __post_init__(self) -> None:
         problems = []

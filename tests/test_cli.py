@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -48,11 +49,27 @@ def test_no_command_or_an_unknown_one_is_bad_input(capsys):
     assert code == 1 and "unknown command 'frobnicate task=fuse_norm'; known: run, results, model info" in err
 
 
-def test_command_help_shows_settings_and_defaults(capsys):
+def test_command_help_shows_settings_defaults_and_meanings(capsys):
     code, out, _ = run_in_process(capsys, "run", "--help")
-    assert code == 0
-    for line in ("seeds:", "parity_timeout_s: 600.0", "bench:", "  graph_calls: 100", "candidates: []"):
-        assert line in out
+    assert code == 0 and out.startswith("harness run: evaluate a task's candidates")
+    lines = out.splitlines()
+    for key, meaning in (
+        ("seeds: [1, 2, 3]", "# fresh inputs per seed"),  # inherited from EvaluationSettings
+        ("parity_timeout_s: 600.0", "# per parity child"),
+        ("candidates: []", "# file stems"),
+        ("  graph_calls: 100", "# calls captured per graph"),
+        ("bench:", "# how timing is sampled"),
+    ):
+        assert any(line.startswith(key + " ") and meaning in line for line in lines), (key, out)  # fmt: skip
+    # The comment block above a field documents it when its own line has none.
+    assert any(line.startswith("cuda_devices: null ") and "CUDA_VISIBLE_DEVICES for this" in line for line in lines)
+
+
+def test_every_setting_of_every_command_says_what_it_means():
+    for command in cli.COMMANDS:
+        settings_cls = getattr(importlib.import_module(command.module), command.settings)
+        bare = [key for key, meaning in cli.settings_lines(settings_cls) if not meaning]
+        assert not bare, f"harness {command.name}: settings without a comment in the source: {bare}"
 
 
 def test_cfg_job_prints_the_composed_configuration(capsys):

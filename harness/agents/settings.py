@@ -39,7 +39,7 @@ class AgentSettings:
     retries: int = 6  # per call, on 429 / 529 / 5xx / connection errors; the SDK's own retries are off
     backoff_s: float = 2.0  # first backoff; doubles per retry (full jitter); retry-after wins when longer
     backoff_max_s: float = 120.0  # the longest wait; a retry-after beyond it stops the session
-    request_timeout_s: float = 600.0
+    request_timeout_s: float = 600.0  # one API request, then a retry
     read_max_chars: int = 30000  # read_file returns at most this much per call
     # command: any coding-agent CLI, once per round
     cmd: str = ""  # e.g. "mycli --prompt {prompt_file} --workdir {workdir} --out {candidate_path}"
