@@ -34,6 +34,7 @@ Cheat checks around every candidate call (names as recorded):
 from __future__ import annotations
 
 import builtins
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -349,6 +350,24 @@ def _library_roots(torch) -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(r) for r in roots))
 
 
+PEER_TRITON_CACHE = "triton-cache-peers"  # in scratch, beside the candidate's triton-cache
+
+
+@contextlib.contextmanager
+def triton_cache_dir(path: str):
+    """Triton compiles into, and loads from, `path` inside the block (Triton and Inductor read
+    TRITON_CACHE_DIR at each compile); the previous setting is restored after it."""
+    saved = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = path
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("TRITON_CACHE_DIR", None)
+        else:
+            os.environ["TRITON_CACHE_DIR"] = saved
+
+
 def baseline_impls(task, torch, names: list[str], n_shapes: int, report) -> dict[str, Any]:
     """reference, torch_compile (compiled once per shape, `n_shapes` of them) and the requested
     library baselines; unavailable ones are reported."""
@@ -414,17 +433,21 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     if mode == "bench":  # compile and warm the baselines before the watched identities are taken
         from harness import bench  # noqa: F401  (binds the timing functions before any candidate code)
 
-        for shape_label in request["shapes"]:
-            inputs = task.make_inputs(task.shape(shape_label, device), request["bench_seed"], device)
-            for name in list(impls):
-                try:
-                    impls[name](**inputs)
-                except Exception as e:  # reported; the candidate is timed against the baselines that run
-                    report.emit(
-                        "baseline_error", impl=name, shape=shape_label, message=f"{type(e).__name__}: {e}"[:1000]
-                    )
-                    del impls[name]
-        torch.cuda.synchronize()
+        # The peers' Triton kernels (torch.compile's) go to a cache of their own in scratch, never
+        # persisted: in the candidate's cache, which is kept for its later runs, a planted file
+        # under a peer kernel's key could slow that peer down in every later run.
+        with triton_cache_dir(os.path.join(request["scratch"], PEER_TRITON_CACHE)):
+            for shape_label in request["shapes"]:
+                inputs = task.make_inputs(task.shape(shape_label, device), request["bench_seed"], device)
+                for name in list(impls):
+                    try:
+                        impls[name](**inputs)
+                    except Exception as e:  # reported; the candidate is timed against the baselines that run
+                        report.emit(
+                            "baseline_error", impl=name, shape=shape_label, message=f"{type(e).__name__}: {e}"[:1000]
+                        )
+                        del impls[name]
+            torch.cuda.synchronize()
     task_module = sys.modules[task.make_inputs.__module__]
     monitor = sandbox.Monitor(
         writable=(os.path.realpath(request["scratch"]),),

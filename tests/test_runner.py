@@ -134,6 +134,23 @@ def test_a_copied_triton_cache_points_its_groups_at_the_copy(tmp_path):
         "__grp___qk_token_kernel.json", "_qk_token_kernel.cubin"]  # fmt: skip
 
 
+def test_the_peers_compile_into_a_triton_cache_of_their_own(tmp_path, monkeypatch):
+    """The benchmark child compiles torch.compile's kernels inside child.triton_cache_dir, away from
+    the candidate's persisted cache; Triton (and Inductor through it) must follow the switch."""
+    import triton
+
+    from harness import child
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "candidate"))
+    with child.triton_cache_dir(str(tmp_path / "peers")):
+        assert triton.knobs.cache.dir == str(tmp_path / "peers")
+    assert triton.knobs.cache.dir == str(tmp_path / "candidate")
+    monkeypatch.delenv("TRITON_CACHE_DIR")
+    with child.triton_cache_dir(str(tmp_path / "peers")):
+        pass
+    assert "TRITON_CACHE_DIR" not in os.environ
+
+
 def test_an_isolated_child_copies_the_shared_caches_except_inductors(tmp_path):
     shared = {"TORCHINDUCTOR_CACHE_DIR": tmp_path / "inductor", "FLASHINFER_WORKSPACE_BASE": tmp_path / "flashinfer"}
     for d in shared.values():
