@@ -17,8 +17,8 @@ Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
 Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1 3.08 us, T=3 7.92, T=8 4.02,
   T=64 13.75, T=1000 98.3, T=16384 245.6 us (68% of the copy floor); reference 39.4 / 3387 us.
   Goals missed: 2.3 us at T=1 (by 0.8 us), 165 us at T=16384 (by 81 us). The single-bucket
-  outliers (T=3, T=64) came from autotuning choices cached by parity children that share the GPU;
-  the harness no longer keeps those (aa5ef49), not re-measured yet.
+  outliers (T=3, T=64) most likely came from autotuning choices cached by parity children that
+  share the GPU (inferred, not measured); the harness no longer keeps those (aa5ef49).
 
 Numerics: identical to row_per_program.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1

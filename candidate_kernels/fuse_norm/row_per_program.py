@@ -13,8 +13,8 @@ Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
 Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1 13.35 us, T=3 3.86, T=8 13.31,
   T=64 5.25, T=1000 121.5, T=16384 234.9 us (74% of the copy floor); reference 39.4 / 3387 us,
   flashinfer's RMSNorm pair 14.3 us at T=1. Goals missed: 2.3 us at T=1, 165 us at T=16384.
-  The single-bucket outliers came from autotuning choices cached by parity children that share
-  the GPU; the harness no longer keeps those (aa5ef49), not re-measured yet.
+  The single-bucket outliers most likely came from autotuning choices cached by parity children
+  that share the GPU (inferred, not measured); the harness no longer keeps those (aa5ef49).
 
 Numerics (reference_model/ops.py norm_residual_norm, BEAM.md §5), FP32 throughout:
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1

@@ -13,9 +13,10 @@ Floor (bytes / 4275 GB/s, bytes = T*E*4 + E*4 + T*k*12, E = 256, k = 8):
   T=16384     18.4 MB  -> 4.3 us (goal <= 40 us: the selection arithmetic, not bytes, bounds it)
 Measured on the H200 (second session, commit 2a30055; results/README.md): p50 T=1 3.69 us, T=3 5.13, T=8 11.97,
   T=64 3.60, T=1000 66.7, T=16384 79.0 us; torch.compile 35.0 / 36.6 / 37.7 / 40.9 / 221 / 638 us.
-  Goals met at T=1 (<= 4) and T=64 (<= 5); missed at T=16384 by 39 us (6% of a bandwidth floor:
-  the top-8 selection's arithmetic binds). The T=8 outlier came from an autotuning choice cached
-  by a parity child sharing the GPU; the harness no longer keeps those (aa5ef49), not re-measured.
+  Goals met at T=1 (<= 4) and T=64 (<= 5); missed at T=16384 by 39 us (at 6% of a bandwidth
+  floor, presumably the top-8 selection's arithmetic; not profiled yet). The T=8 outlier most
+  likely came from an autotuning choice cached by a parity child sharing the GPU (inferred); the
+  harness no longer keeps those (aa5ef49).
 
 The selection works on packed 64-bit keys: high word the biased score b made order-preserving as
 a signed int32, low word (2^31 - 1 - expert id). One integer max then yields both the largest b
