@@ -207,8 +207,7 @@ def compiled_reference_ops() -> ModelOps:
     if _COMPILED is None:
         dynamo = torch._dynamo.config
         dynamo.suppress_errors = True
-        limit = "recompile_limit" if hasattr(dynamo, "recompile_limit") else "cache_size_limit"  # renamed in 2.x
-        setattr(dynamo, limit, max(getattr(dynamo, limit), 64))
+        dynamo.recompile_limit = max(dynamo.recompile_limit, 64)
         fields = {f: torch.compile(getattr(REFERENCE_OPS, f)) for f in ModelOps.__dataclass_fields__}
         compiled_experts = fields["moe_experts"]
 

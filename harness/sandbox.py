@@ -179,9 +179,11 @@ def prepare_job(
                child_triton, cache_env, copy, isolate)  # fmt: skip
 
 
-def _copy_dir(src: Path, dst: Path) -> None:
+def _copy_dir(src: Path, dst: Path, leave_out: tuple[str, ...] = ()) -> None:
+    """Copy `src` into `dst` (merging; lock files and the `leave_out` patterns left out), or make `dst`."""
     if src.is_dir():
-        shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("*.lock"), dirs_exist_ok=True)
+        ignore = shutil.ignore_patterns("*.lock", *leave_out)
+        shutil.copytree(src, dst, symlinks=False, ignore=ignore, dirs_exist_ok=True)
     else:
         dst.mkdir(parents=True, exist_ok=True)
 
@@ -192,11 +194,7 @@ def copy_triton_cache(src: Path, dst: Path, autotuning: bool = True) -> None:
     child that compiled them (another job's scratch, outside the sandbox; seen on the H200 as a
     secret_read of a kernel named `_qk_token_kernel`), or miss them once that job is gone.
     `autotuning=False` leaves out the autotuners' cached choices (`*.autotune.json`)."""
-    if src.is_dir() and not autotuning:
-        shutil.copytree(src, dst, symlinks=False, ignore=shutil.ignore_patterns("*.lock", AUTOTUNE_FILES),
-                        dirs_exist_ok=True)  # fmt: skip
-    else:
-        _copy_dir(src, dst)
+    _copy_dir(src, dst, () if autotuning else (AUTOTUNE_FILES,))
     for group in dst.glob("*/__grp__*.json"):
         try:
             data = json.loads(group.read_text())

@@ -143,21 +143,22 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
 RUN_STAMP = re.compile(r"(\d{8}T\d{6}Z)$")  # harness/profile_model.py ends each run folder's name with it
 
 
-def newest_profile_summaries(profiles_dir: Path) -> list[Path]:
-    """The newest summary of each profile kind (preset, scenario, ops: its title), newest first. Age
-    is the UTC stamp that ends the run folder's name (a fresh checkout's file times say nothing),
-    else the file's modification time."""
+def newest_profile_summaries(profiles_dir: Path) -> list[tuple[Path, str]]:
+    """(path, text) of the newest summary of each profile kind (preset, scenario, ops: its title),
+    newest first. Age is the UTC stamp that ends the run folder's name (a fresh checkout's file
+    times say nothing), else the file's modification time."""
 
     def age(path: Path) -> tuple[str, float]:
         stamp = RUN_STAMP.search(path.parent.name)
         return (stamp.group(1) if stamp else "", path.stat().st_mtime)
 
-    newest: dict[str, Path] = {}
+    newest: dict[str, tuple[Path, str]] = {}
     for path in sorted(profiles_dir.glob(f"*/{SUMMARY_FILE}")) if profiles_dir.is_dir() else []:
-        kind = _title(path.read_text(errors="replace"))
-        if kind not in newest or age(path) > age(newest[kind]):
-            newest[kind] = path
-    return sorted(newest.values(), key=age, reverse=True)
+        text = path.read_text(errors="replace")
+        kind = _title(text)
+        if kind not in newest or age(path) > age(newest[kind][0]):
+            newest[kind] = (path, text)
+    return sorted(newest.values(), key=lambda found: age(found[0]), reverse=True)
 
 
 def _title(text: str) -> str:
@@ -185,8 +186,7 @@ def hot_spots_text(task: Task, results_dir: Path, profiles_dir: Path) -> str:
     if not summaries:
         parts.append(f"Model profile: none (no {profiles_dir.name}/<run>/{SUMMARY_FILE} yet; "
                      "`harness profile model=beam-slice` writes one).")  # fmt: skip
-    for summary in summaries[:MAX_PROFILES]:
-        text = summary.read_text(errors="replace")
+    for summary, text in summaries[:MAX_PROFILES]:
         section = markdown_section(text, HOT_SPOT_SECTION) or "(the summary has no ranking section)"
         shown = summary.relative_to(REPO_ROOT) if summary.is_relative_to(REPO_ROOT) else summary
         parts.append(f"Newest model profile of its kind, {shown} ({_title(text)}):\n{_clip(section)}")
