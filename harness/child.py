@@ -325,6 +325,20 @@ def bench_loop(torch, request, task, impls, report) -> None:
         torch.cuda.empty_cache()
 
 
+def autotuned_choices(module: Any) -> dict[str, dict[str, str]]:
+    """What each Triton autotuner of the module chose in this process: {kernel: {key: config}}
+    (the key is the autotuner's: its key arguments' values, then the tensors' dtypes)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return {}
+    return {
+        name: {repr(key): str(config) for key, config in obj.cache.items()}
+        for name, obj in vars(module).items()
+        if isinstance(obj, Autotuner) and obj.cache
+    }
+
+
 # ---- setup ---------------------------------------------------------------------------------------------
 def _import_candidate(path: str, expected_hash: str, op_name: str):
     source = Path(path).read_bytes()
@@ -474,6 +488,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     else:
         bench_loop(torch, request, task, {"candidate": launcher, **impls}, report)
         report.emit("bench_checks", cheats=changed_identities(guard, task_module))
+        report.emit("autotuned", kernels=autotuned_choices(sys.modules[launcher.__module__]))
     report.emit("done", violations=list(monitor.violations))
 
 

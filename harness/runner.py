@@ -175,6 +175,7 @@ class _Unit:
     timing: dict[str, dict[str, Any]] = field(default_factory=dict)  # shape -> results of its bench child
     roofline: dict[str, float | None] = field(default_factory=dict)
     baseline_notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it has no timing
+    autotuned: dict[str, dict[str, str]] = field(default_factory=dict)  # its bench child's autotuning choices
 
 
 class _Evaluation:
@@ -370,6 +371,8 @@ class _Evaluation:
                     unit.cheats[label] = list(dict.fromkeys(unit.cheats.get(label, []) + e["cheats"]))
             elif kind == "import_error":
                 overriding = (Status(e["status"]), f"in the benchmark child: {e['message']}")
+            elif kind == "autotuned":
+                unit.autotuned = e["kernels"]
             elif kind == "child_error":
                 unit.baseline_notes["benchmark child"] = e["message"]
         if unit.violations:
@@ -512,6 +515,7 @@ class _Evaluation:
             floor_us=floor, floor_fraction=fraction, suspicious=suspicious,
             copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
+            autotuned=unit.autotuned if timing is not None else {},
         )  # fmt: skip
 
 

@@ -543,10 +543,10 @@ def test_metrics_unknown_to_this_ncu_are_dropped_not_fatal():
     l1tex__t_bytes_pipe_lsu_mem_local_op_ld   # of bytes requested for local loads
     sm__throughput                            SM throughput
     sm__warps_active                          cumulative # of warps in flight
-    sm__maximum_warps_per_active_cycle_pct    theoretical occupancy
     """
     usable, missing = profile_kernel.usable_metrics(query)
-    # the local-store metric's family is listed without it; the launch__ family is not listed at all
+    # the local-store metric's family is listed without it; the launch__ family is not listed at all;
+    # theoretical occupancy is not listed either, as on the H200's ncu 2025.3.1, yet collected there
     assert missing == ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"]
     assert usable == [m for m in kr.METRICS if m not in missing]
     assert profile_kernel.usable_metrics("") == (list(kr.METRICS), [])  # a failed query: ask for everything

@@ -424,6 +424,28 @@ def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
 
 
 # ---- on the GPU: `python -m pytest -m gpu tests/test_runner.py` ---------------------------------------
+def test_the_benchmark_child_reports_what_each_autotuner_chose():
+    import types
+
+    import triton
+    import triton.language as tl
+
+    from harness import child
+
+    @triton.jit
+    def kernel(x_ptr, n, BLOCK: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK), 0.0, mask=tl.arange(0, BLOCK) < n)
+
+    configs = [triton.Config({"BLOCK": 64}, num_warps=1), triton.Config({"BLOCK": 128}, num_warps=2)]
+    tuned = triton.autotune(configs=configs, key=["n"])(kernel)
+    untouched = triton.autotune(configs=configs, key=["n"])(kernel)
+    tuned.cache[(100, "torch.float32")] = configs[1]  # as Autotuner.run leaves it after benchmarking
+    module = types.SimpleNamespace(_tuned=tuned, _untouched=untouched, helper=kernel)
+    choices = child.autotuned_choices(module)
+    assert choices == {"_tuned": {"(100, 'torch.float32')": str(configs[1])}}
+    assert "BLOCK: 128" in choices["_tuned"]["(100, 'torch.float32')"]
+
+
 @pytest.mark.gpu
 def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
     from harness import candidates, runner
@@ -444,6 +466,7 @@ def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
         assert cand.timing.method == ("cuda_graph" if label == "T=1" else "events")
         assert 1000 < cand.copy_gbps < 10_000 and 0 < cand.floor_fraction
         assert by_name[("reference", label)].timing is not None
+        assert set(cand.autotuned) == {"_fuse_norm_kernel"} and cand.autotuned["_fuse_norm_kernel"], cand.autotuned
         # Inductor's fused arithmetic misses the bit-exact gate of fuse_norm (results/README.md): recorded,
         # and still timed as the peer every candidate must beat.
         compiled = by_name[("torch_compile", label)]
