@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import sandbox
+from harness.records import EAGER_FALLBACK
 
 POISON_WORD = 0x7FA1  # as int16: NaN in BF16 and FP16; 0x7FA17FA1 is NaN in FP32
 POISON_COPIES = 8  # same-size buffers poisoned per input size (malloc and the caching allocator reuse them)
@@ -194,6 +195,14 @@ def _bit_equal(torch, a, b) -> bool:
     return bool(torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)))
 
 
+def compile_fallback(exc: BaseException) -> str | None:
+    """The note for the torch.compile peer when `exc` is dynamo refusing to recompile again; else None."""
+    if type(exc).__name__ != "FailOnRecompileLimitHit":
+        return None
+    return (f"{EAGER_FALLBACK}: dynamo's recompile limit was hit (data-dependent shapes recompile per size); "
+            f"past it dynamo runs the reference eagerly, which is timed as `reference` ({exc})")[:1000]  # fmt: skip
+
+
 def _classify(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     if "CUDA error" in text or type(exc).__name__ == "AcceleratorError" or "cudaError" in text:
@@ -293,10 +302,11 @@ def parity_loop(
                                                 guard, watch_fallback, trusted)  # fmt: skip
                 file_info = _save_outputs(torch, task, returned, inputs, out_dir, f"{impl}-{shape_label}-{seed}")
             except BaseException as e:  # the implementation's failure is data: recorded, the next shape runs
-                status = _classify(e)
+                fallback = compile_fallback(e) if trusted else None
+                status = "baseline_unavailable" if fallback else _classify(e)
                 report.emit("call_error", impl=impl, shape=shape_label, seed=seed, status=status,
-                            message=f"{type(e).__name__}: {e}"[:2000], traceback=traceback.format_exc()[-6000:],
-                            violations=violations())  # fmt: skip
+                            message=fallback or f"{type(e).__name__}: {e}"[:2000],
+                            traceback=traceback.format_exc()[-6000:], violations=violations())  # fmt: skip
                 if status == "cuda_fault":
                     return  # the CUDA context is dead: nothing more can run in this process
                 break  # the remaining seeds of this shape would fail alike
@@ -308,8 +318,9 @@ def parity_loop(
                         **file_info)  # fmt: skip
 
 
-def bench_loop(torch, request, task, impls, report) -> None:
-    """Ceilings, then every shape timed with every implementation interleaved (harness/bench.py)."""
+def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | None = None) -> None:
+    """Ceilings, then every shape timed with every implementation interleaved (harness/bench.py),
+    but those in skip[shape] (they failed to warm up on that shape)."""
     from harness import bench
 
     settings = bench.BenchSettings(**request["bench"])
@@ -318,7 +329,8 @@ def bench_loop(torch, request, task, impls, report) -> None:
     flush = bench.l2_flush_buffer()
     for shape_label in request["shapes"]:
         shape = task.shape(shape_label, torch.device("cuda"))
-        results = bench.time_shape(task, shape, impls, settings, request["bench_seed"], flush)
+        timed = {name: fn for name, fn in impls.items() if name not in (skip or {}).get(shape_label, ())}
+        results = bench.time_shape(task, shape, timed, settings, request["bench_seed"], flush)
         report.emit("timing", shape=shape_label, results={
             name: r if isinstance(r, str) else r.__dict__ for name, r in results.items()
         })  # fmt: skip
@@ -431,6 +443,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     device = torch.device(request["device"])
     torch.empty(1, device=device)  # initialize the device before the watched identities are taken
     mode, keep_alive = request["mode"], []
+    skip: dict[str, set[str]] = {}  # shape -> baselines that failed to warm up there (bench mode)
     impls = baseline_impls(task, torch, request["baselines"], len(request["shapes"]), report)
     if mode == "baselines":  # trusted: no candidate code in this process
         report.emit("isolation", layers=layers)
@@ -450,17 +463,19 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         # The peers' Triton kernels (torch.compile's) go to a cache of their own in scratch, never
         # persisted: in the candidate's cache, which is kept for its later runs, a planted file
         # under a peer kernel's key could slow that peer down in every later run.
+        # A baseline that fails on a shape is left out of that shape only (torch.compile hits its
+        # recompile limit at moe_experts' larger shapes, and still runs the smaller ones).
         with triton_cache_dir(os.path.join(request["scratch"], PEER_TRITON_CACHE)):
             for shape_label in request["shapes"]:
                 inputs = task.make_inputs(task.shape(shape_label, device), request["bench_seed"], device)
-                for name in list(impls):
+                for name in impls:
                     try:
                         impls[name](**inputs)
                     except Exception as e:  # reported; the candidate is timed against the baselines that run
-                        report.emit(
-                            "baseline_error", impl=name, shape=shape_label, message=f"{type(e).__name__}: {e}"[:1000]
-                        )
-                        del impls[name]
+                        note = compile_fallback(e)
+                        report.emit("baseline_unavailable" if note else "baseline_error", impl=name,
+                                    shape=shape_label, message=note or f"{type(e).__name__}: {e}"[:1000])  # fmt: skip
+                        skip.setdefault(shape_label, set()).add(name)
             torch.cuda.synchronize()
     task_module = sys.modules[task.make_inputs.__module__]
     monitor = sandbox.Monitor(
@@ -486,7 +501,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
             torch, request, task, launcher, "candidate", report, monitor, guard, keep_alive, watch_fallback=True
         )
     else:
-        bench_loop(torch, request, task, {"candidate": launcher, **impls}, report)
+        bench_loop(torch, request, task, {"candidate": launcher, **impls}, report, skip)
         report.emit("bench_checks", cheats=changed_identities(guard, task_module))
         report.emit("autotuned", kernels=autotuned_choices(sys.modules[launcher.__module__]))
     report.emit("done", violations=list(monitor.violations))

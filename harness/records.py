@@ -53,6 +53,10 @@ class Status(enum.StrEnum):
     BASELINE_UNAVAILABLE = "baseline_unavailable"  # a library baseline cannot run here (not fatal)
 
 
+# The note of a torch.compile peer that dynamo could not compile for a shape within its recompile
+# limit (data-dependent shapes): past the limit dynamo runs the function eagerly, which is the
+# reference, already timed. harness/child.py writes it, harness/promote.py reads it.
+EAGER_FALLBACK = "torch.compile falls back to eager here"
 IMPLEMENTATION_KINDS = ("candidate", "reference", "torch_compile", "library")
 
 

@@ -175,6 +175,7 @@ class _Unit:
     timing: dict[str, dict[str, Any]] = field(default_factory=dict)  # shape -> results of its bench child
     roofline: dict[str, float | None] = field(default_factory=dict)
     baseline_notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it has no timing
+    shape_notes: dict[str, dict[str, str]] = field(default_factory=dict)  # shape -> the same, for that shape
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)  # its bench child's autotuning choices
 
 
@@ -363,7 +364,9 @@ class _Evaluation:
         for e in run.events:
             kind = e["event"]
             unit.violations = sorted(set(unit.violations) | set(e.get("violations") or []))
-            if kind in ("baseline_unavailable", "baseline_error"):
+            if kind in ("baseline_unavailable", "baseline_error") and "shape" in e:  # that shape only
+                unit.shape_notes.setdefault(e["shape"], {})[e["impl"]] = e["message"]
+            elif kind in ("baseline_unavailable", "baseline_error"):
                 unit.baseline_notes[e["impl"]] = e["message"]
             elif kind == "bench_checks" and e["cheats"]:
                 overriding = (Status.CHEAT_DETECTED, f"in the benchmark child: {e['cheats'][0]}")
@@ -471,7 +474,8 @@ class _Evaluation:
 
     def _record(self, unit: _Unit, shape: Shape, env: dict[str, Any], timing_skipped: str | None) -> EvaluationRecord:
         status, detail = unit.status.get(shape.label, (Status.NOT_RUN, "not evaluated"))
-        timing, baselines_us, speedups, notes = None, {}, {}, dict(unit.baseline_notes)
+        timing, baselines_us, speedups = None, {}, {}
+        notes = {**unit.baseline_notes, **unit.shape_notes.get(shape.label, {})}
         floor = fraction = None
         suspicious = False
         result = unit.timing.get(shape.label)

@@ -13,6 +13,7 @@ import pytest
 from harness import bench, parity, promote, sandbox
 from harness.environment import REPO_ROOT
 from harness.records import (
+    EAGER_FALLBACK,
     PROMOTIONS_FILE,
     RECORDS_FILE,
     RUNS_FILE,
@@ -258,6 +259,27 @@ def test_failing_parity_on_one_shape_blocks_promotion():
     assert record is None and assessment.reasons == ["T=16384: mismatch (x_TD: 12 elements)"]
 
 
+def test_a_torch_compile_that_falls_back_to_eager_is_excused_only_where_it_does():
+    """moe_experts on the H200: dynamo hit its recompile limit at T >= 64 and would have run eagerly."""
+    from harness import child
+
+    class FailOnRecompileLimitHit(RuntimeError):  # torch._dynamo.exc's name; only the name is matched
+        pass
+
+    note = child.compile_fallback(FailOnRecompileLimitHit("Hard failure due to fail_on_recompile_limit_hit"))
+    assert note is not None and note.startswith(EAGER_FALLBACK) and "recompile limit" in note
+    assert child.compile_fallback(RuntimeError("a real compile bug")) is None
+    no_compile = {b: v for b, v in BASE.items() if b != "torch_compile"}
+    records = [_rec("fast", "T=1", 3.0, BASE),
+               _rec("fast", "T=16384", 3.0, no_compile, baseline_notes={"torch_compile": note})]  # fmt: skip
+    record, _, _ = promote.decide(records, SHAPES, None, ENV)
+    assert record is not None and record.candidate == "fast"
+    # a peer missing for another reason still blocks the promotion
+    broken = [records[0], _rec("fast", "T=16384", 3.0, no_compile, baseline_notes={"torch_compile": "RuntimeError: x"})]
+    record, (assessment,), _ = promote.decide(broken, SHAPES, None, ENV)
+    assert record is None and assessment.reasons == ["T=16384: baselines ['torch_compile'] were not timed beside it"]
+
+
 def test_a_time_below_the_roofline_is_not_promoted():
     records = [_rec("too_fast", s, 3.0, BASE, floor_us=4.0, suspicious=True) for s in SHAPES]
     record, (assessment,), _ = promote.decide(records, SHAPES, None, ENV)
@@ -325,6 +347,50 @@ def test_quantiles_floor_and_rotations():
     assert bench.rotation_count(40_000, l2, settings) == settings.rotations_max  # tiny sets: capped
     assert bench.rotation_count(10 << 20, l2, settings) == 12  # cover 2x the L2
     assert bench.rotation_count(700 << 20, l2, settings) == 1  # a set larger than the L2: no rotation needed
+
+
+def test_an_event_window_holds_the_gpu_until_its_calls_are_queued(monkeypatch):
+    """The spin kernel is queued before the start event, and grows to cover the host's enqueue time
+    (harness/bench.py: slow launches in the sandboxed child were timed as the kernel's time)."""
+    import time as _time
+
+    log: list[tuple] = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool):
+            self.t = None
+
+        def record(self):
+            self.t = _time.perf_counter()
+            log.append(("record",))
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other) -> float:
+            return (other.t - self.t) * 1e3
+
+    monkeypatch.setattr(bench, "_Event", FakeEvent)
+    monkeypatch.setattr(bench, "_synchronize", lambda: None)
+    monkeypatch.setattr(bench, "_spin", lambda cycles: log.append(("spin", cycles)))
+    monkeypatch.setattr(bench.GpuHold, "_calibrate", lambda self: 2000.0)  # 2 GHz: 2000 cycles per us
+
+    def slow_launch(**inputs):
+        _time.sleep(0.002)  # a 2 ms launch path on the host
+        log.append(("call", inputs["i"]))
+
+    settings = bench.BenchSettings(event_calls=3)
+    timer = bench._event_timer("slow", slow_launch, [{"i": 0}, {"i": 1}], settings, None, None)
+    log.clear()
+    timer.window()
+    first_spin = log[0]
+    assert first_spin == ("spin", int(bench.GpuHold.HOLD_MIN_US * 2000))
+    assert [e[0] for e in log] == ["spin", "record", "call", "call", "call", "record"]
+    log.clear()
+    timer.window()
+    _, cycles = log[0]
+    assert cycles >= 1.5 * 3 * 2000 * 2000  # 1.5 x three 2 ms launches, in cycles: the calls are queued in time
+    assert [e[1] for e in log if e[0] == "call"] == [1, 0, 1]  # inputs keep rotating across windows
 
 
 def test_timers_are_sampled_round_robin_and_a_failing_one_is_dropped(monkeypatch):
