@@ -376,9 +376,6 @@ def _library_roots(torch) -> tuple[str, ...]:
     return tuple(sorted(os.path.realpath(r) for r in roots))
 
 
-PEER_TRITON_CACHE = "triton-cache-peers"  # in scratch, beside the candidate's triton-cache
-
-
 @contextlib.contextmanager
 def triton_cache_dir(path: str):
     """Triton compiles into, and loads from, `path` inside the block (Triton and Inductor read
@@ -462,10 +459,11 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
 
         # The peers' Triton kernels (torch.compile's) go to a cache of their own in scratch, never
         # persisted: in the candidate's cache, which is kept for its later runs, a planted file
-        # under a peer kernel's key could slow that peer down in every later run.
+        # under a peer kernel's key could slow that peer down in every later run. It starts as a
+        # copy of the trusted baselines child's cache (sandbox.seed_peer_triton_cache).
         # A baseline that fails on a shape is left out of that shape only (torch.compile hits its
         # recompile limit at moe_experts' larger shapes, and still runs the smaller ones).
-        with triton_cache_dir(os.path.join(request["scratch"], PEER_TRITON_CACHE)):
+        with triton_cache_dir(os.path.join(request["scratch"], sandbox.PEER_TRITON_CACHE)):
             for shape_label in request["shapes"]:
                 inputs = task.make_inputs(task.shape(shape_label, device), request["bench_seed"], device)
                 for name in impls:

@@ -16,6 +16,11 @@
 5. Records appended to results/<task>/records.jsonl, the promotion decision (harness/promote.py)
    to promotions.jsonl, and a RunRecord with the wall time to runs.jsonl.
 
+Compiled kernels are kept between runs under `cache_dir`: each candidate's Triton cache (by content
+hash: only that candidate's children write it), the baselines child's per task
+(`triton/baselines-<task>`, copied into every benchmark child for its torch.compile peers), and
+Inductor's and flashinfer's, used in place by the trusted child only.
+
 This module is where the failures of candidates become data: a child's exit, report and saved
 outputs become a Status with its detail. A failure of the harness itself (a trusted child that
 dies, a child that fails before its sandbox is up) raises HarnessError.
@@ -231,17 +236,18 @@ class _Evaluation:
     def _spawn(self, name: str, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str],
                timeout_s: float) -> tuple[sandbox.ChildRun, sandbox.Job]:  # fmt: skip
         isolate = unit is not None
-        triton_key = unit.candidate.content_hash if unit is not None else "baselines"
-        job = sandbox.prepare_job(
-            self.root, name, isolate, unit.candidate.path if unit else None, self.cache_dir / "triton" / triton_key,
-            self._shared_caches() if mode != "parity" else {},
-        )  # fmt: skip
+        baselines_cache = self.cache_dir / "triton" / f"baselines-{self.task.name}"
+        triton_cache = self.cache_dir / "triton" / unit.candidate.content_hash if unit is not None else baselines_cache
+        job = sandbox.prepare_job(self.root, name, isolate, unit.candidate.path if unit else None, triton_cache,
+                                  self._shared_caches() if mode != "parity" else {})  # fmt: skip
+        if mode == "bench":
+            sandbox.seed_peer_triton_cache(job, baselines_cache)
         request = self._request(job, mode, unit, baselines, shapes, isolate)
         run = sandbox.run_child(job, request, timeout_s, self.device, self.threads, self.settings.cuda_devices)
         ended = "timed out" if run.timed_out else "ended"
         self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s")
         # Parity children share the GPU (self.jobs at a time): their autotuning choices are not kept.
-        sandbox.persist_triton_cache(job, self.cache_dir / "triton" / triton_key, autotuning=mode != "parity")
+        sandbox.persist_triton_cache(job, triton_cache, autotuning=mode != "parity")
         return run, job
 
     def run_parity_children(self, bar: tqdm) -> None:

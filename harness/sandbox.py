@@ -205,6 +205,18 @@ def copy_triton_cache(src: Path, dst: Path, autotuning: bool = True) -> None:
         group.write_text(json.dumps(data))
 
 
+# In a benchmark child's scratch: the Triton cache its torch.compile peers compile into (harness/child.py).
+PEER_TRITON_CACHE = "triton-cache-peers"
+
+
+def seed_peer_triton_cache(job: Job, trusted_cache: Path) -> None:
+    """Start a benchmark child's peer cache as a copy of `trusted_cache`, the Triton cache of the
+    task's baselines child, which compiled the same torch.compile graphs and is written by trusted
+    code only: the peers' kernels load instead of compiling again (Inductor itself still lowers
+    each graph cold). The copy is the child's to spoil: it is never copied back."""
+    copy_triton_cache(trusted_cache, job.scratch / PEER_TRITON_CACHE)
+
+
 def _parent_pythonpath() -> list[str]:
     return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 

@@ -135,6 +135,26 @@ def test_a_copied_triton_cache_points_its_groups_at_the_copy(tmp_path):
         "__grp___qk_token_kernel.json", "_qk_token_kernel.cubin"]  # fmt: skip
 
 
+def test_a_benchmark_childs_peer_cache_starts_as_a_copy_of_the_trusted_one(tmp_path):
+    trusted = tmp_path / "cache" / "triton" / "baselines-fuse_norm"
+    (trusted / "KEY").mkdir(parents=True)
+    (trusted / "KEY" / "triton_poi_fused_0.cubin").write_bytes(b"\0")
+    (trusted / "KEY" / "__grp__triton_poi_fused_0.json").write_text(
+        json.dumps({"child_paths": {"triton_poi_fused_0.cubin": str(trusted / "KEY" / "triton_poi_fused_0.cubin")}})
+    )
+    job = sandbox.prepare_job(tmp_path / "jobs", "bench-x", True, None, tmp_path / "no-cache", {})
+    sandbox.seed_peer_triton_cache(job, trusted)
+    peers = job.scratch / sandbox.PEER_TRITON_CACHE / "KEY"
+    assert (peers / "triton_poi_fused_0.cubin").read_bytes() == b"\0"
+    group = json.loads((peers / "__grp__triton_poi_fused_0.json").read_text())
+    assert group["child_paths"] == {"triton_poi_fused_0.cubin": str(peers / "triton_poi_fused_0.cubin")}
+    (peers / "triton_poi_fused_0.cubin").write_bytes(b"planted")  # the child spoils its copy only
+    assert (trusted / "KEY" / "triton_poi_fused_0.cubin").read_bytes() == b"\0"
+    fresh = sandbox.prepare_job(tmp_path / "jobs", "bench-y", True, None, tmp_path / "no-cache", {})
+    sandbox.seed_peer_triton_cache(fresh, tmp_path / "never-compiled")  # no baselines child ran: an empty cache
+    assert list((fresh.scratch / sandbox.PEER_TRITON_CACHE).iterdir()) == []
+
+
 def test_the_peers_compile_into_a_triton_cache_of_their_own(tmp_path, monkeypatch):
     """The benchmark child compiles torch.compile's kernels inside child.triton_cache_dir, away from
     the candidate's persisted cache; Triton (and Inductor through it) must follow the switch."""
