@@ -15,6 +15,9 @@ Floor (bytes / 4275 GB/s, bytes = 3*T*F*2, F = 20480):
 Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1 2.36 us, T=8 2.84, T=64 4.55,
   T=1000 75.2, T=16384 538.8 us (98% of the copy floor); torch.compile 1.61 / 2.47 / 4.73 / 161.0 /
   602.3 us. Goal met from T=64 up; missed at T <= 8 (2.36 against 1.61 us at T=1).
+Config sweep (third session, plain process): T=1 1.88 us at best (1 x 512, 2 warps and 1 x 1024,
+  4 warps), T=8 2.83, T=16384 520 us (1 x 2048, 4 warps). The one-warp tiles added after it
+  (1 x 128, 1 x 256) are not measured yet.
 
 Numerics (reference_model/ops.py swiglu):
   out = bf16((g * sigmoid(g)) * u),  g = f32(gate), u = f32(up)      one rounding point

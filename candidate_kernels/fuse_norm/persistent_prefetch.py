@@ -19,6 +19,12 @@ Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1
   Goals missed: 2.3 us at T=1 (by 0.8 us), 165 us at T=16384 (by 81 us). The single-bucket
   outliers (T=3, T=64) most likely came from autotuning choices cached by parity children that
   share the GPU (inferred, not measured); the harness no longer keeps those (aa5ef49).
+Third session (commit 73ee016, bench.max_seconds=3): T=1 3.13, T=3 3.51, T=8 3.83, T=64 4.54,
+  T=1000 98.4, T=16384 243.0 us; beyond noise faster than every baseline at T <= 64 (torch.compile
+  3.29 us at T=1), not at T=1000 / 16384 (compile 92.9 / 235.4 us; event windows then included the
+  benchmark child's launch time, removed since 2ba66b8). The outliers of the first session are gone.
+  Config sweep (plain process): PROGRAMS_PER_SM=2 with 4 warps is the fastest config at every shape
+  (T=16384: 204 us; 1 program of 8 / 16 warps: 808 / 1436 us).
 
 Numerics: identical to row_per_program.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1

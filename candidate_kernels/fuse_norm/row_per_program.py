@@ -15,6 +15,14 @@ Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1
   flashinfer's RMSNorm pair 14.3 us at T=1. Goals missed: 2.3 us at T=1, 165 us at T=16384.
   The single-bucket outliers most likely came from autotuning choices cached by parity children
   that share the GPU (inferred, not measured); the harness no longer keeps those (aa5ef49).
+Third session (commits b4e39ae / 73ee016; results/README.md): config sweep in a plain process,
+  T=16384: 1 warp 343 us, 2: 226, 4: 201, 8: 745, 16: 1388 (4 warps fastest at every shape; T=1
+  3.9 us). Nsight Compute at T=16384 (4 warps): 177.6 us cold, DRAM 75.4% of peak, 120 registers,
+  occupancy 24% (4 programs per SM): the gap to the floor is bytes in flight, held down by
+  registers. Capped at 96 registers (73ee016's configs, chosen by the autotuner there): 171.9 us,
+  DRAM 78.6%, occupancy 30%, but 6 registers spill (84 MB of local-memory traffic). In the harness
+  (bench.max_seconds=3): T=1 3.60, T=8 4.25, T=64 5.28, T=1000 83.4, T=16384 239.2 us, the last two
+  with the benchmark child's launch time inside the window (removed since 2ba66b8).
 
 Numerics (reference_model/ops.py norm_residual_norm, BEAM.md §5), FP32 throughout:
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1

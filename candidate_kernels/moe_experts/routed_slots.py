@@ -29,6 +29,10 @@ Measured on the H200 (second session, commit 2a30055; results/README.md): p50 T=
   5673 / 7135 us. Goal met at T=1 (<= 165 us). At T=3..64 it read the experts at 104-108% of the
   copy bandwidth measured beside it (reads beat a copy's rate), which the harness then flagged as
   suspicious; the threshold is 0.8 of the floor since e45114f.
+Third session (commit 73ee016): T=1 157.4 us (100% of the floor), T=3 430.8, T=8 1051, T=64 4002,
+  T=1000 5941 us; torch._grouped_mm 326.7 / 734.7 / 1638 / 5680 / 7211 us: faster than every
+  baseline on every shape, not promoted because torch.compile was left out of its benchmark child
+  (dynamo's recompile limit at T >= 64; handled per shape since 2ba66b8).
 
 Numerics (reference_model/ops.py moe_experts; the rounding points of three BF16 GEMMs):
   gate = bf16(x Wg^T), up = bf16(x Wu^T)       FP32 accumulation, rounded once each

@@ -17,6 +17,8 @@ Measured on the H200 (second session, commit 2a30055; results/README.md): p50 T=
   floor, presumably the top-8 selection's arithmetic; not profiled yet). The T=8 outlier most
   likely came from an autotuning choice cached by a parity child sharing the GPU (inferred); the
   harness no longer keeps those (aa5ef49).
+Config sweep (third session, plain process): T=1 3.78 us, T=8 3.96, T=64 3.90 (1 row, 1 warp);
+  T=16384 61.1 us at best (2 rows per program, 1 warp; the autotuner picked 1 row: 63.9 us forced).
 
 The selection works on packed 64-bit keys: high word the biased score b made order-preserving as
 a signed int32, low word (2^31 - 1 - expert id). One integer max then yields both the largest b

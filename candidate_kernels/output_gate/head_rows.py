@@ -14,6 +14,10 @@ Floor (bytes / 4275 GB/s, bytes = 3*T*H*Dh*2 + H*bias bytes, H*Dh = 6144):
 Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1 2.28 us, T=8 2.33, T=64 3.17,
   T=1000 88.9, T=16384 195.7 us (77% of the copy floor); torch.compile 1.37 / 1.51 / 2.64 / 71.4 /
   168.2 us. Goal missed: slower than compile on every shape (by 0.9 us at T=1, 28 us at T=16384).
+Config sweep (third session, plain process): T=1 2.09 us (4 rows, 1 warp .. 16 rows, 4 warps
+  alike), T=16384 168.9 us at best (16 rows, 4 warps; 170-189 us for the others), as fast as
+  torch.compile's 168 us of the first session. The goal of 143 us is 101% of the copy floor at
+  4275 GB/s (141.3 us, above); 169 us is 84% of it.
 
 Numerics (reference_model/ops.py output_gate, BEAM.md §3.6):
   out = bf16(f32(o) * sigmoid(f32(g) + f32(b[h])))     one rounding point

@@ -16,6 +16,8 @@ Measured on the H200 (second session, commit 2a30055; results/README.md): p50 sl
   T=64 2.93, T=16384 271.6 us (52% of the copy floor); global T=1 2.03, T=64 2.74, T=16384 186.3 us
   (75%); reference 61.6 / 3662 us (sliding), 39.6 / 2545 us (global). Goals met at T=1 (<= 2.8 us);
   missed at T=16384 by 132 us (sliding) and 51 us (global).
+Config sweep (third session, plain process): T=16384 198.1 us sliding, 169.9 us global at best
+  (16 query heads per program, 2 warps; 32 / 64 heads with 8 warps 205-245 us); T=1 2.00 / 2.09 us.
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3), FP32 math, the reference's rounding
 points:
