@@ -28,7 +28,11 @@ so that clock and thermal drift hit them alike and their ratio means something.
   implementation (fewer if a window is slow: `max_seconds` bounds each implementation per shape).
   Summary: p20 / p50 / p80 of the per-call times; (p80 - p20) / p50 is the noise band.
 - Roofline: the floor of a shape is max(bytes / copy bandwidth, flops / GEMM rate), both measured
-  in the same process (a large device-to-device copy, read + write counted; a large BF16 GEMM).
+  in the same process (a large device-to-device copy, read + write counted; a large BF16 GEMM),
+  between events on the stream with the GPU held while the call is queued (the first sessions
+  synchronized before the end event and measured 4013-4081 GB/s, where an 8.6 GB copy measured
+  about 4.3 TB/s on these machines; launch and synchronization inside a 250 us window are the
+  presumed difference).
   floor_fraction = floor / p50 (1.0 is at the roofline). A p50 below SUSPICIOUS_FRACTION of the
   floor is suspicious: a kernel that mostly reads can beat a copy's rate somewhat (on the H200,
   moe_experts/routed_slots streamed expert weights at 104-108% of the copy bandwidth measured
@@ -123,13 +127,18 @@ def rotation_count(set_bytes: int, l2_bytes: int, settings: BenchSettings) -> in
 
 # ---- the device measurements (CUDA only) --------------------------------------------------------
 def _events_ms(fn: Callable[[], None], repeats: int) -> list[float]:
-    times = []
+    """Times of the harness's own ceiling measurements (no candidate code: no side streams to wait
+    for), each between events on the stream, with the GPU held while the call is queued: neither
+    the launch nor a synchronization is timed."""
+    gpu_hold, times = GpuHold(), []
     for _ in range(repeats):
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+        gpu_hold.hold()
+        began = _perf_counter()
         start.record()
         fn()
-        _synchronize()
         end.record()
+        gpu_hold.next_hold_us(_perf_counter() - began)
         end.synchronize()
         times.append(start.elapsed_time(end))
     return times

@@ -413,6 +413,30 @@ def test_an_event_window_holds_the_gpu_until_its_calls_are_queued(monkeypatch):
     assert [e[1] for e in log if e[0] == "call"] == [1, 0, 1]  # inputs keep rotating across windows
 
 
+def test_the_ceilings_are_timed_between_stream_events_with_the_gpu_held(monkeypatch):
+    log: list[str] = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool):
+            pass
+
+        def record(self):
+            log.append("record")
+
+        def synchronize(self):
+            log.append("event sync")
+
+        def elapsed_time(self, other) -> float:
+            return 0.25
+
+    monkeypatch.setattr(bench, "_Event", FakeEvent)
+    monkeypatch.setattr(bench, "_synchronize", lambda: log.append("device sync"))
+    monkeypatch.setattr(bench, "_spin", lambda cycles: log.append("spin"))
+    monkeypatch.setattr(bench.GpuHold, "_calibrate", lambda self: 2000.0)
+    assert bench._events_ms(lambda: log.append("copy"), 2) == [0.25, 0.25]
+    assert log == ["spin", "record", "copy", "record", "event sync"] * 2  # no synchronization inside
+
+
 def test_timers_are_sampled_round_robin_and_a_failing_one_is_dropped(monkeypatch):
     monkeypatch.setattr(bench, "_synchronize", lambda: None)  # no device here
     order: list[str] = []
