@@ -585,6 +585,27 @@ def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
 
 
 @pytest.mark.gpu
+def test_gpu_event_windows_time_the_gpu_not_a_slow_launch():
+    """A 1 ms host launch path before a ~100 us kernel: the held window times the kernel (the
+    sandboxed benchmark child's launches were timed before the hold: harness/bench.py)."""
+    import time as _time
+
+    import torch
+
+    cycles_per_us = bench.GpuHold()._calibrate()
+
+    def slow_launch(**_):
+        _time.sleep(0.001)
+        torch.cuda._sleep(int(100 * cycles_per_us))
+
+    settings = bench.BenchSettings(samples=10, min_samples=10, event_calls=3)
+    timer = bench.make_timer("slow", slow_launch, [{}], False, settings, bench.l2_flush_buffer())
+    (timing,) = bench.time_interleaved([timer], settings).values()
+    assert timing.method == "events" and 90 < timing.p50_us < 300, timing  # not ~1000 us: the launch is not timed
+    assert bench.measure_copy_gbps(settings) > 3000
+
+
+@pytest.mark.gpu
 def test_gpu_cheats_side_streams_and_stale_memory_are_caught(tmp_path):
     from harness import candidates, runner
     from tasks import get_task
