@@ -92,10 +92,11 @@ else:
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({}, num_warps=4)]
-    # Register caps for 4 warps: uncapped, the kernel took 120 registers per thread on the H200 (Nsight
-    # Compute), 4 programs per SM, 24% occupancy, DRAM at 75% of peak at T = 16384; 96 / 80 allow 5 / 6
-    # programs per SM if ptxas fits the row (40 + 40 FP32 values per thread) without spilling.
-    capped = [triton.Config({}, num_warps=4, maxnreg=r) for r in (96, 80)]
+    # Registers per thread (ptxas for sm_90a, D = 5120) and programs per SM they allow: 4 warps 120 (4;
+    # Nsight Compute on the H200 agreed: 24% occupancy, DRAM at 75% of peak at T = 16384), 8 warps 77
+    # (3), 16 warps 53 (2). Capped: 4 warps at 96 (5 programs; 24 bytes spilled: 171.9 us against
+    # 177.6 uncapped under Nsight Compute), 8 warps at 64 (4 programs; 12 bytes spilled).
+    capped = [triton.Config({}, num_warps=4, maxnreg=96), triton.Config({}, num_warps=8, maxnreg=64)]
     return [triton.Config({}, num_warps=w) for w in (1, 2, 4, 8, 16)] + capped
 
 
@@ -132,12 +133,15 @@ def _row_split(D: int) -> tuple[int, int, bool]:
 def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr):
     """mean(x^2) over the row, FP32, from the EXACT sum: x holds BF16 values, whose squares are exact
     in FP32 and whose sum of a few thousand is exact in FP64, so the result is the correctly rounded
-    mean, whatever the summation order (warps, configs, devices). The head's rows fold onto the
-    tail's columns first, so the whole row costs one block-wide reduction."""
-    partial = tl.sum((head * head).to(tl.float64), axis=0)
+    mean, whatever the summation order (warps, configs, devices). Head and tail are reduced to a
+    scalar each: folding the head onto the tail's columns first made Triton move the [WIDTH] FP64
+    partials between their two layouts through shared memory (16 KB and 19 barriers per program
+    at 8 warps, by an offline sm_90 compile; 8 and 16 warps ran 3.7x and 7x slower than 4 on the
+    H200). Reduced separately: 128 bytes of shared memory at any warp count."""
+    total = tl.sum(tl.sum((head * head).to(tl.float64), axis=1), axis=0)
     if HAS_TAIL:
-        partial += (tail * tail).to(tl.float64)
-    return (tl.sum(partial, axis=0) / N_COLS).to(tl.float32)
+        total += tl.sum((tail * tail).to(tl.float64), axis=0)
+    return (total / N_COLS).to(tl.float32)
 
 
 # cache_results: the winning config is stored in Triton's cache, so later processes on this machine
