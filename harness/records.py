@@ -57,6 +57,7 @@ class Status(enum.StrEnum):
 # limit (data-dependent shapes): past the limit dynamo runs the function eagerly, which is the
 # reference, already timed. harness/child.py writes it, harness/promote.py reads it.
 EAGER_FALLBACK = "torch.compile falls back to eager here"
+
 IMPLEMENTATION_KINDS = ("candidate", "reference", "torch_compile", "library")
 
 
