@@ -352,7 +352,7 @@ def autotuned_choices(module: Any) -> dict[str, dict[str, str]]:
 
 
 # ---- setup ---------------------------------------------------------------------------------------------
-def _import_candidate(path: str, expected_hash: str, op_name: str):
+def import_candidate(path: str, expected_hash: str, op_name: str):
     source = Path(path).read_bytes()
     if hashlib.sha256(source).hexdigest() != expected_hash:
         raise RuntimeError(f"candidate copy {path} does not have the content hash {expected_hash}")
@@ -367,7 +367,7 @@ def _import_candidate(path: str, expected_hash: str, op_name: str):
     return launcher
 
 
-def _library_roots(torch) -> tuple[str, ...]:
+def library_roots_of(torch) -> tuple[str, ...]:
     import sysconfig
 
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, sysconfig.get_paths()["stdlib"],
@@ -479,7 +479,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     monitor = sandbox.Monitor(
         writable=(os.path.realpath(request["scratch"]),),
         own=os.path.realpath(Path(request["scratch"]).parent),
-        library_roots=_library_roots(torch),
+        library_roots=library_roots_of(torch),
     )
     monitor.install()
     layers.update(audit_hook="active", secret_env="active")
@@ -487,7 +487,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     guard = snapshot_identities(task_module)
     candidate = request["candidate"]
     try:
-        launcher = _import_candidate(candidate["copy"], candidate["hash"], task.op_name)
+        launcher = import_candidate(candidate["copy"], candidate["hash"], task.op_name)
     except BaseException as e:  # the candidate's failure is data
         status = "compile_error" if _classify(e) == "compile_error" else "import_error"
         report.emit("import_error", status=status, message=f"{type(e).__name__}: {e}"[:2000],

@@ -59,6 +59,9 @@ COMMANDS: tuple[Command, ...] = (
     Command(("profile",), "harness.profile", "ProfileSettings", "main",
             "model=<preset>: time per op and kernels per layer (PyTorch profiler); "
             "task=<t> candidate=<c>: Nsight Compute"),
+    Command(("inspect",), "harness.inspect_kernels", "InspectSettings", "main",
+            "task=<t> candidate=<c>: every config of its Triton kernels compiled for the H200 here "
+            "(registers, spills, vector widths, programs per SM); no GPU needed"),
     Command(("review",), "harness.review", "ReviewSettings", "main",
             "base=<rev> head=<rev> or candidates=[...]: evaluate changed candidates, PR report, CI gate"),
     Command(("nightly",), "harness.nightly", "NightlySettings", "main",

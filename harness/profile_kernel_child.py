@@ -222,7 +222,7 @@ def run(request: dict[str, Any], report: child.Reporter, layers: dict[str, str],
     if not rerun and shutil.which("ncu") is None:
         raise RuntimeError(f"ncu is not on the child's PATH ({os.environ.get('PATH')})")
     monitor = ProfileMonitor(writable=(os.path.realpath(request["scratch"]),),
-                             library_roots=child._library_roots(torch),
+                             library_roots=child.library_roots_of(torch),
                              harmless_env=injected_by_ncu(request) if rerun else frozenset())  # fmt: skip
     monitor.install()
     layers.update(audit_hook="active", secret_env="active")
@@ -230,7 +230,7 @@ def run(request: dict[str, Any], report: child.Reporter, layers: dict[str, str],
         report.emit("isolation", layers=layers)
     candidate = request["candidate"]
     try:
-        launcher = child._import_candidate(candidate["copy"], candidate["hash"], task.op_name)
+        launcher = child.import_candidate(candidate["copy"], candidate["hash"], task.op_name)
     except BaseException as e:  # the candidate's failure is data
         status = "compile_error" if child._classify(e) == "compile_error" else "import_error"
         if not rerun:

@@ -237,8 +237,10 @@ def cuda_devices_problem(value: str) -> str | None:
     return None
 
 
-def child_env(job: Job, device: str, threads: int, cuda_devices: str | None = None) -> dict[str, str]:
-    """The child's whole environment. `cuda_devices`: its CUDA_VISIBLE_DEVICES (None: the parent's)."""
+def child_env(job: Job, device: str, threads: int, cuda_devices: str | None = None,
+              interpret: bool | None = None) -> dict[str, str]:  # fmt: skip
+    """The child's whole environment. `cuda_devices`: its CUDA_VISIBLE_DEVICES (None: the parent's);
+    `interpret`: Triton's interpreter (None: on the CPU)."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
     if cuda_devices is not None:
         problem = cuda_devices_problem(cuda_devices)
@@ -265,7 +267,7 @@ def child_env(job: Job, device: str, threads: int, cuda_devices: str | None = No
         # candidate code) keeps inductor's parallel compile workers: it compiles every shape cold.
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"
     env.update(job.cache_env)
-    if device == "cpu":
+    if device == "cpu" if interpret is None else interpret:
         env["TRITON_INTERPRET"] = "1"
     return env
 
@@ -295,8 +297,9 @@ LOG_TAIL_CHARS = 4000
 
 
 def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, threads: int,
-              cuda_devices: str | None = None) -> ChildRun:  # fmt: skip
-    """Start `python -m harness.child` on `request`; wait at most `timeout_s`; collect its report."""
+              cuda_devices: str | None = None, module: str = "harness.child",
+              interpret: bool | None = None) -> ChildRun:  # fmt: skip
+    """Start `python -m <module>` (harness.child) on `request`; wait at most `timeout_s`; collect its report."""
     job.request_path.write_text(json.dumps(request, indent=1))
     os.chmod(job.request_path, 0o644)
     job.report_path.touch(mode=0o644)
@@ -305,10 +308,10 @@ def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, 
         uid, gid = drop
         for p in [job.scratch, *job.scratch.rglob("*")]:
             os.lchown(p, uid, gid)
-    cmd = [sys.executable, "-P", "-s", "-B", "-m", "harness.child", str(job.request_path)]
+    cmd = [sys.executable, "-P", "-s", "-B", "-m", module, str(job.request_path)]
     start = time.monotonic()
     with open(job.log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=job.scratch, env=child_env(job, device, threads, cuda_devices),
+        proc = subprocess.Popen(cmd, cwd=job.scratch, env=child_env(job, device, threads, cuda_devices, interpret),
                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
         timed_out = False

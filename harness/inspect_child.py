@@ -1,0 +1,333 @@
+"""The sandboxed child of `harness inspect`: a candidate's Triton kernels compiled for the H200, on the CPU.
+
+    python -m harness.inspect_child <request.json>     (started by harness/inspect_kernels.py)
+
+The child enters the sandbox (harness/sandbox.py), imports the candidate, and calls its launcher on
+each requested GPU shape's inputs, made on the CPU. No kernel runs: `Autotuner.run` and
+`JITFunction.run` are replaced by a recorder of the launch (the kernel, its arguments). Each
+recorded launch is then compiled, for every config its autotuner could choose, with
+`triton.compile` for sm_90a (the H100 / H200), specialized as a launch on the GPU would be (see
+`signature`), and `ptxas -v` reports its registers and spills. What comes out per
+(kernel, config, shape): registers per thread, spilled bytes, shared memory, barriers, the global
+loads and stores by bytes per instruction (16: 128-bit vectors), and the programs per SM that
+registers, shared memory and warps allow (`residency`).
+
+These are the compiler's figures, not the chip's: they say whether a config spills, how many
+programs an SM can hold and whether loads were vectorized, before any GPU time is spent.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import sandbox
+from harness.child import Reporter, import_candidate, library_roots_of
+
+# sm_90 (H100 / H200), per SM: CUDA C Programming Guide, "Technical Specifications per Compute Capability".
+ARCH = "sm_90a"
+CAPABILITY = 90
+SM_REGISTERS = 65536
+SM_MAX_WARPS = 64
+SM_MAX_PROGRAMS = 32
+SM_SHARED_BYTES = 233472  # 228 KB
+SHARED_RESERVED_PER_PROGRAM = 1024  # the driver's share of every block
+REGISTER_ALLOCATION_UNIT = 256  # registers, per warp
+TENSOR_BASE_ALIGNMENT = 16  # Triton's divisibility specialization (tt.divisibility = 16)
+
+# PTX global memory instructions: the access size of one instruction, in bytes.
+_ACCESS_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "b32": 4, "u32": 4, "s32": 4,
+                 "f32": 4, "b64": 8, "u64": 8, "s64": 8, "f64": 8}  # fmt: skip
+_GLOBAL_ACCESS = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st)\.global\S*?(?:\.v(\d))?\.([bfsu]\d+)\s", re.MULTILINE)
+# Global-to-shared copies (cp.async, and the bulk tensor copies of TMA): loads that skip registers.
+_ASYNC_COPY = re.compile(r"^\s*(?:@!?%p\d+\s+)?cp\.async\.(?:ca|cg|bulk)\S*", re.MULTILINE)
+ASYNC_COPY = "cp.async"
+
+
+@dataclass(frozen=True)
+class Figures:
+    """One compiled (kernel, config): what ptxas and the PTX say, and what an SM can hold."""
+
+    registers: int  # per thread
+    spill_store_bytes: int
+    spill_load_bytes: int
+    stack_bytes: int
+    shared_bytes: int  # static + what Triton asks for dynamically
+    barriers: int  # bar.sync in the PTX (static count)
+    loads: dict[str, int]  # bytes per instruction -> global load instructions (static count)
+    stores: dict[str, int]
+    programs_per_sm: int
+    occupancy_pct: float  # programs_per_sm x warps / 64
+    limited_by: str  # registers | shared memory | warps | programs
+
+
+def residency(registers: int, warps: int, shared_bytes: int) -> tuple[int, float, str]:
+    """(programs per SM, occupancy %, the binding limit) of a program of `warps` warps on sm_90."""
+    per_warp = -(-registers * 32 // REGISTER_ALLOCATION_UNIT) * REGISTER_ALLOCATION_UNIT
+    limits = {
+        "registers": (SM_REGISTERS // per_warp) // warps if per_warp else SM_MAX_PROGRAMS,
+        "shared memory": SM_SHARED_BYTES // (shared_bytes + SHARED_RESERVED_PER_PROGRAM),
+        "warps": SM_MAX_WARPS // warps,
+        "programs": SM_MAX_PROGRAMS,
+    }
+    binding = min(limits, key=lambda k: limits[k])
+    programs = limits[binding]
+    return programs, 100.0 * programs * warps / SM_MAX_WARPS, binding
+
+
+def ptxas_figures(ptxas_output: str) -> dict[str, int]:
+    """Registers, spills and stack from `ptxas -v` (its 'Used N registers' and '... spill' lines)."""
+
+    def number(pattern: str) -> int:
+        m = re.search(pattern, ptxas_output)
+        if m is None:
+            raise ValueError(f"ptxas -v printed no {pattern!r}; got:\n{ptxas_output[-2000:]}")
+        return int(m.group(1))
+
+    return {
+        "registers": number(r"Used (\d+) registers"),
+        "spill_store_bytes": number(r"(\d+) bytes spill stores"),
+        "spill_load_bytes": number(r"(\d+) bytes spill loads"),
+        "stack_bytes": number(r"(\d+) bytes stack frame"),
+    }
+
+
+def memory_instructions(ptx: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Global loads and stores of the PTX by bytes per instruction: {"16": n, "2": m, ...}; the loads
+    that copy global memory to shared memory without registers counted under ASYNC_COPY."""
+    loads: dict[str, int] = {}
+    stores: dict[str, int] = {}
+    for op, vector, kind in _GLOBAL_ACCESS.findall(ptx):
+        size = str(_ACCESS_BYTES.get(kind, 0) * int(vector or 1))
+        counts = loads if op == "ld" else stores
+        counts[size] = counts.get(size, 0) + 1
+    if copies := len(_ASYNC_COPY.findall(ptx)):
+        loads[ASYNC_COPY] = copies
+    return loads, stores
+
+
+def signature(fn: Any, args: tuple, kwargs: dict[str, Any], config_kwargs: dict[str, Any]) -> tuple[dict, dict, list]:
+    """(signature, constexprs, names divisible by 16) of a launch, as Triton specializes it on the GPU:
+    a tensor is a pointer to its dtype, divisible by 16 when its address is; an int equal to 1 is
+    the constant 1, one divisible by 16 is marked so (unless the parameter opts out); floats are fp32."""
+    import torch
+
+    names = list(inspect.signature(fn.fn).parameters)
+    values = {**dict(zip(names, args, strict=False)), **kwargs, **config_kwargs}
+    sig: dict[str, str] = {}
+    consts: dict[str, Any] = {}
+    divisible: list[str] = []
+    for name, param in zip(names, fn.params, strict=True):
+        if name not in values and param.default is not inspect.Parameter.empty:
+            values[name] = param.default
+        v = values.get(name)
+        if param.is_constexpr or v is None:
+            sig[name], consts[name] = "constexpr", v
+        elif isinstance(v, torch.Tensor):
+            sig[name] = "*" + _triton_dtype(v.dtype)
+            if v.data_ptr() % TENSOR_BASE_ALIGNMENT == 0:
+                divisible.append(name)
+        elif isinstance(v, bool):
+            sig[name] = "i1"
+        elif isinstance(v, int):
+            if v == 1 and not param.do_not_specialize:
+                sig[name], consts[name] = "constexpr", 1
+            else:
+                sig[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
+                if v % 16 == 0 and not (param.do_not_specialize or param.do_not_specialize_on_alignment):
+                    divisible.append(name)
+        elif isinstance(v, float):
+            sig[name] = "fp32"
+        else:
+            raise TypeError(f"argument {name!r} of {fn.__name__}: cannot specialize a {type(v).__name__}")
+    return sig, consts, divisible
+
+
+def _triton_dtype(dtype: Any) -> str:
+    import torch
+
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64",
+             torch.int8: "i8", torch.uint8: "u8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+             torch.bool: "i1"}  # fmt: skip
+    if dtype not in names:
+        raise TypeError(f"no Triton pointer type for {dtype}")
+    return names[dtype]
+
+
+def compile_figures(fn: Any, sig: dict, consts: dict, divisible: list[str], options: dict[str, Any]) -> Figures:
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+
+    names = list(sig)
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in divisible}
+    source = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
+    compiled = triton.compile(source, target=GPUTarget("cuda", CAPABILITY, 32), options=options)
+    ptx = compiled.asm["ptx"]
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx", dir=os.getcwd(), delete=False) as f:
+        f.write(ptx)
+    try:
+        out = subprocess.run([knobs.nvidia.ptxas.path, "-v", f"--gpu-name={ARCH}", f.name, "-o", os.devnull],
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    finally:
+        os.unlink(f.name)
+    if out.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {out.stderr[-2000:]}")
+    counts = ptxas_figures(out.stderr)
+    loads, stores = memory_instructions(ptx)
+    warps = options.get("num_warps", 4)
+    programs, occupancy, binding = residency(counts["registers"], warps, compiled.metadata.shared)
+    return Figures(**counts, shared_bytes=compiled.metadata.shared, barriers=ptx.count("bar.sync"), loads=loads,
+                   stores=stores, programs_per_sm=programs, occupancy_pct=occupancy, limited_by=binding)  # fmt: skip
+
+
+# ---- launches -------------------------------------------------------------------------------------
+@dataclass
+class Launch:
+    kernel: str
+    fn: Any  # the JITFunction
+    configs: list[Any]  # triton.Config: the autotuner's, or one made of the launch's own options
+    args: tuple
+    kwargs: dict[str, Any]  # everything but the options
+    options: dict[str, Any]  # compile options given at the launch (enable_fp_fusion, num_warps, ...)
+    heuristics: list[dict[str, Any]] = field(default_factory=list)  # triton.heuristics between autotuner and kernel
+
+    def meta(self, config: Any) -> dict[str, Any]:
+        """The config's meta-parameters, then the heuristics' values computed from everything given."""
+        names = list(inspect.signature(self.fn.fn).parameters)
+        meta = dict(config.kwargs)
+        for rules in self.heuristics:
+            given = {**dict(zip(names, self.args, strict=False)), **self.kwargs, **meta}
+            meta.update({name: rule(given) for name, rule in rules.items()})
+        return meta
+
+
+_OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg", "enable_fp_fusion", "launch_pdl", "debug")
+
+
+def record_launches(launches: list[Launch]) -> None:
+    """Replace Triton's launch paths by a recorder: nothing runs, every launch is kept."""
+    import triton
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    def split(kwargs: dict[str, Any]) -> tuple[dict, dict]:
+        return ({k: v for k, v in kwargs.items() if k not in _OPTIONS},
+                {k: v for k, v in kwargs.items() if k in _OPTIONS})  # fmt: skip
+
+    def base(fn: Any) -> tuple[Any, list[dict[str, Any]]]:
+        """The JITFunction under the autotuner, and the heuristics met on the way (outermost first)."""
+        rules = []
+        while not isinstance(fn, JITFunction):
+            if isinstance(fn, Heuristics):
+                rules.append(fn.values)
+            fn = fn.fn
+        return fn, rules
+
+    def autotuner_run(self, *args, **kwargs):
+        rest, options = split(kwargs)
+        fn, rules = base(self.fn)
+        launches.append(Launch(fn.__name__, fn, list(self.configs), args, rest, options, rules))
+
+    def jit_run(self, *args, grid, warmup, **kwargs):
+        rest, options = split(kwargs)
+        config = triton.Config({}, num_warps=options.pop("num_warps", 4), num_stages=options.pop("num_stages", 3),
+                               maxnreg=options.pop("maxnreg", None))  # fmt: skip
+        launches.append(Launch(self.__name__, self, [config], args, rest, options))
+
+    Autotuner.run = autotuner_run  # triton.heuristics computes its values, then reaches one of these
+    JITFunction.run = jit_run
+
+
+def config_options(config: Any, launch_options: dict[str, Any]) -> dict[str, Any]:
+    options = {**launch_options, "num_warps": config.num_warps, "num_stages": config.num_stages}
+    if config.maxnreg:
+        options["maxnreg"] = config.maxnreg
+    return options
+
+
+def _describe(config: Any) -> str:
+    parts = [f"{k}={v}" for k, v in config.kwargs.items()] + [
+        f"warps={config.num_warps}",
+        f"stages={config.num_stages}",
+    ]
+    return ", ".join(parts + ([f"maxnreg={config.maxnreg}"] if config.maxnreg else []))
+
+
+def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> None:
+    import torch
+
+    from tasks import get_task
+
+    task = get_task(request["task"])
+    monitor = sandbox.Monitor(writable=(os.path.realpath(request["scratch"]),),
+                              own=os.path.realpath(Path(request["scratch"]).parent),
+                              library_roots=library_roots_of(torch))  # fmt: skip
+    monitor.install()
+    layers.update(audit_hook="active", secret_env="active")
+    report.emit("isolation", layers=layers)
+    launches: list[Launch] = []
+    record_launches(launches)
+    candidate = request["candidate"]
+    try:
+        launcher = import_candidate(candidate["copy"], candidate["hash"], task.op_name)
+    except BaseException as e:  # the candidate's failure is data
+        report.emit("import_error", message=f"{type(e).__name__}: {e}"[:2000], violations=list(monitor.violations))
+        return
+    done: dict[tuple, Figures | str] = {}
+    for label in request["shapes"]:
+        shape = task.shape(label, torch.device("cuda"))  # the GPU shape; its inputs are made on the CPU
+        inputs = task.make_inputs(shape, request["seed"], torch.device("cpu"))
+        launches.clear()
+        try:
+            launcher(**inputs)
+            after = None
+        except Exception as e:  # nothing ran: a launcher reading its outputs back may trip; what was recorded stands
+            after = f"{type(e).__name__}: {e}"[:500]
+        if not launches:
+            report.emit("no_launch", shape=label, message=after or "the launcher launched no Triton kernel")
+            continue
+        for launch in launches:
+            for config in launch.configs:
+                options = config_options(config, launch.options)
+                try:
+                    sig, consts, divisible = signature(launch.fn, launch.args, launch.kwargs, launch.meta(config))
+                    key = (launch.kernel, json.dumps([sig, {k: repr(v) for k, v in consts.items()}, divisible,
+                                                      options], sort_keys=True))  # fmt: skip
+                    if key not in done:
+                        done[key] = compile_figures(launch.fn, sig, consts, divisible, options)
+                    figures = done[key]
+                    report.emit("compiled", shape=label, kernel=launch.kernel, config=_describe(config),
+                                figures=asdict(figures), signature=sig, after_launch=after)  # fmt: skip
+                except Exception as e:  # a config that does not compile is a finding, the others go on
+                    report.emit("compile_error", shape=label, kernel=launch.kernel, config=_describe(config),
+                                message=f"{type(e).__name__}: {e}"[:2000])  # fmt: skip
+    report.emit("done", violations=list(monitor.violations))
+
+
+def main(argv: list[str]) -> None:
+    request = json.loads(Path(argv[1]).read_text())
+    report = Reporter(request["report_path"])
+    code = 0
+    try:
+        layers = sandbox.enter(Path(request["scratch"]), request.get("drop"), request.get("drop_reason"))
+        run(request, report, layers)
+    except BaseException as e:  # reported; the parent says whose failure it was
+        report.emit("child_error", message=f"{type(e).__name__}: {e}"[:2000], traceback=traceback.format_exc()[-6000:])
+        code = 3
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+if __name__ == "__main__":
+    main(sys.argv)

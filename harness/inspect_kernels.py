@@ -1,0 +1,191 @@
+"""`harness inspect`: a candidate's Triton kernels compiled for the H200 on this machine, no GPU needed.
+
+    harness inspect task=fuse_norm candidate=row_per_program                 the task's first GPU shape
+    harness inspect task=qk_norm_rope candidate=head_groups "shapes=['sliding T=1','sliding T=16384']"
+
+For every kernel the candidate launches on a shape, and every config its autotuner could choose
+(harness/inspect_child.py, in the sandbox: candidate code), the table gives what the compiler made
+of it for sm_90a: registers per thread, spilled bytes, shared memory, barriers, global loads and
+stores by bytes per instruction (16 = 128-bit vectors; 2 = one BF16 at a time), and the programs an
+SM can hold with the binding limit. It is the cheap first look before GPU time: a config that
+spills, loads a BF16 at a time, or fits one program per SM shows here. Nsight Compute on the GPU
+(`harness profile task=... candidate=...`) measures what these figures predict.
+
+One InspectionRecord per (shape, kernel, config) is appended to results/<task>/inspections.jsonl.
+Exit status: 0 when at least one kernel compiled; 1 for bad input, or when nothing compiled (the
+table and the records say why).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness import candidates as candidate_files
+from harness import environment, sandbox
+from harness.records import DEFAULT_RESULTS_DIR, append, new_id, now_utc, task_results_dir
+
+INSPECTIONS_FILE = "inspections.jsonl"
+CHILD_MODULE = "harness.inspect_child"
+STATUSES = ("compiled", "compile_error", "no_launch", "import_error", "timeout", "crash", "sandbox_violation")
+
+
+@dataclass(frozen=True)
+class InspectSettings:
+    task: str = ""  # required: a name in tasks.TASKS
+    candidate: str = ""  # required: a file stem in candidate_kernels/<task>/, or a path
+    shapes: tuple[str, ...] = ()  # the task's GPU shape labels; empty: its first GPU shape
+    seed: int = 0  # the inputs the launcher is called on (made on the CPU; no kernel runs)
+    timeout_s: float = 900.0  # the child, every config's compilation included
+    results_dir: str | None = None  # default: <repo>/results
+    keep_scratch: bool = False  # keep the child's job directory (request, report, log)
+
+
+@dataclass(frozen=True)
+class InspectionRecord:
+    """What the compiler made of one config of one kernel of a candidate, on one shape (sm_90a)."""
+
+    run_id: str
+    task: str
+    candidate: str
+    candidate_hash: str
+    candidate_path: str
+    shape_label: str
+    status: str  # STATUSES
+    kernel: str | None = None
+    config: str | None = None
+    figures: dict[str, Any] | None = None  # harness/inspect_child.py Figures; None unless compiled
+    signature: dict[str, str] | None = None  # the specialized argument types it was compiled for
+    detail: str = ""  # why, when not compiled; what the launcher raised after its launches, if it did
+    arch: str = "sm_90a"
+    environment: dict[str, Any] = field(default_factory=dict)
+    record_id: str = field(default_factory=new_id)
+    created_utc: str = field(default_factory=now_utc)
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status must be one of {STATUSES}; got {self.status!r}")
+        if (self.status == "compiled") != (self.figures is not None):
+            raise ValueError(f"figures come with status compiled only; got status {self.status!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _records(events: list[dict[str, Any]], run: sandbox.ChildRun, base: dict[str, Any],
+             shapes: tuple[str, ...]) -> list[InspectionRecord]:  # fmt: skip
+    """The child's report as records; how the child ended decides the shapes it never reached."""
+    out: list[InspectionRecord] = []
+    for e in events:
+        kind = e["event"]
+        if kind == "compiled":
+            out.append(InspectionRecord(**base, shape_label=e["shape"], status="compiled", kernel=e["kernel"],
+                                        config=e["config"], figures=e["figures"], signature=e["signature"],
+                                        detail=e.get("after_launch") or ""))  # fmt: skip
+        elif kind == "compile_error":
+            out.append(InspectionRecord(**base, shape_label=e["shape"], status="compile_error", kernel=e["kernel"],
+                                        config=e["config"], detail=e["message"]))  # fmt: skip
+        elif kind == "no_launch":
+            out.append(InspectionRecord(**base, shape_label=e["shape"], status="no_launch", detail=e["message"]))
+        elif kind == "import_error":
+            out.extend(
+                InspectionRecord(**base, shape_label=s, status="import_error", detail=e["message"]) for s in shapes
+            )
+    violations = sorted({v for e in events for v in e.get("violations") or []})
+    if violations:
+        detail = "; ".join(violations[:5])
+        return [InspectionRecord(**base, shape_label=s, status="sandbox_violation", detail=detail) for s in shapes]
+    if not any(e["event"] in ("done", "import_error") for e in events):
+        reached = {r.shape_label for r in out}
+        status = "timeout" if run.timed_out else "crash"
+        why = (f"the child {'ran past its time limit' if run.timed_out else f'died (exit {run.returncode})'}; "
+               f"its log ends: {run.log_tail[-500:]}")  # fmt: skip
+        out.extend(
+            InspectionRecord(**base, shape_label=s, status=status, detail=why) for s in shapes if s not in reached
+        )
+    return out
+
+
+def _bytes_per_instruction(counts: dict[str, int]) -> str:
+    """ "8x16B 2x2B": instructions x bytes each, widest first; "3x cp.async": copies to shared memory."""
+    sized = sorted(((int(k), n) for k, n in counts.items() if k.isdigit()), reverse=True)
+    other = [f"{n}x {k}" for k, n in counts.items() if not k.isdigit()]
+    return " ".join([f"{n}x{size}B" for size, n in sized] + other) or "-"
+
+
+def table(records: list[InspectionRecord]) -> str:
+    """One row per (kernel, config, figures), its shapes joined; then whatever did not compile."""
+    rows: dict[tuple, list[str]] = {}
+    for r in records:
+        if r.status == "compiled":
+            f = r.figures
+            key = (r.kernel, r.config, str(f["registers"]), f"{f['spill_store_bytes']}/{f['spill_load_bytes']}",
+                   str(f["shared_bytes"]), str(f["barriers"]), _bytes_per_instruction(f["loads"]),
+                   _bytes_per_instruction(f["stores"]), f"{f['programs_per_sm']} ({f['limited_by']})",
+                   f"{f['occupancy_pct']:.1f}")  # fmt: skip
+            rows.setdefault(key, []).append(r.shape_label)
+    header = ("kernel", "config", "shapes", "registers", "spill st/ld B", "shared B", "barriers", "global loads",
+              "global stores", "programs/SM (limit)", "occupancy %")  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for key, shapes in rows.items():
+        lines.append("| " + " | ".join([key[0], key[1], ", ".join(shapes), *key[2:]]) + " |")
+    failed = [f"- {r.shape_label}: {r.status}" + (f" {r.kernel} [{r.config}]" if r.kernel else "") + f": {r.detail}"
+              for r in records if r.status != "compiled"]  # fmt: skip
+    return "\n".join(lines + ([""] + failed if failed else []))
+
+
+def main(settings: InspectSettings) -> int:
+    from tasks import TASKS, get_task
+
+    try:
+        if not settings.task or not settings.candidate:
+            raise ValueError(f"task and candidate are required, e.g. `harness inspect task=fuse_norm "
+                             f"candidate=row_per_program`; known tasks: {sorted(TASKS)}")  # fmt: skip
+        task = get_task(settings.task)
+        (c,) = candidate_files.resolve(task.name, task.op_name, (settings.candidate,))
+        known = [s.label for s in task.shapes]
+        unknown = [label for label in settings.shapes if label not in known]
+        if unknown:
+            raise ValueError(f"task {task.name!r} has no GPU shapes {unknown}; known: {known}")
+    except ValueError as e:  # CandidateError is one
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    shapes = tuple(settings.shapes) or (known[0],)
+    root = Path(tempfile.mkdtemp(prefix="beam-inspect-"))
+    os.chmod(root, 0o711)
+    drop = sandbox.drop_target()
+    job = sandbox.prepare_job(root, f"inspect-{c.short_hash}", True, c.path, root / "empty-triton-cache", {})
+    request = {"task": task.name, "shapes": list(shapes), "seed": settings.seed, "scratch": str(job.scratch),
+               "report_path": str(job.report_path), "drop": list(drop) if isinstance(drop, tuple) else None,
+               "drop_reason": None if isinstance(drop, tuple) else drop,
+               "candidate": {"copy": str(job.candidate_copy), "hash": c.content_hash}}  # fmt: skip
+    print(f"inspect: {task.name}/{c.name} ({c.short_hash}) on {list(shapes)}, every config compiled for sm_90a here")
+    run = sandbox.run_child(job, request, settings.timeout_s, "cpu", os.cpu_count() or 1, module=CHILD_MODULE,
+                            interpret=False)  # fmt: skip
+    try:
+        child_error = next((e for e in run.events if e["event"] == "child_error"), None)
+        if child_error is not None or not any(e["event"] == "isolation" for e in run.events):
+            why = child_error["traceback"] if child_error else run.log_tail
+            print(f"error: the inspecting child failed outside the candidate:\n{why}", file=sys.stderr)
+            return 1
+        env = environment.capture().to_dict()
+        base = {"run_id": new_id()[:12], "task": task.name, "candidate": c.name, "candidate_hash": c.content_hash,
+                "candidate_path": c.display_path, "environment": {"triton": env["triton"], "torch": env["torch"],
+                                                                   "git_commit": env["git_commit"]}}  # fmt: skip
+        records = _records(run.events, run, base, shapes)
+        path = task_results_dir(Path(settings.results_dir or DEFAULT_RESULTS_DIR), task.name) / INSPECTIONS_FILE
+        for r in records:
+            append(path, r)
+        print(table(records))
+        print(f"records: {path}")
+        return 0 if any(r.status == "compiled" for r in records) else 1
+    finally:
+        if settings.keep_scratch:
+            print(f"job directory kept: {job.job_dir}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)

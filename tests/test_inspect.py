@@ -1,0 +1,129 @@
+"""`harness inspect`: a candidate's kernels compiled for sm_90a on the CPU (no GPU), in the sandbox."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from harness import inspect_child
+from harness.inspect_kernels import INSPECTIONS_FILE, InspectionRecord
+from harness.records import read_lines
+from tests.test_cli import FIXTURES, harness
+
+
+def test_residency_is_bound_by_registers_shared_memory_warps_or_programs():
+    # fuse_norm/row_per_program at 4 warps: 120 registers per thread -> 3840 per warp -> 4 programs,
+    # what Nsight Compute measured on the H200 (24% achieved of 25% theoretical occupancy)
+    assert inspect_child.residency(120, 4, 128) == (4, 25.0, "registers")
+    assert inspect_child.residency(77, 8, 128) == (3, 37.5, "registers")  # 80 allocated: 20480 per program
+    assert inspect_child.residency(96, 4, 118_784) == (1, 6.25, "shared memory")
+    assert inspect_child.residency(24, 16, 0) == (4, 100.0, "warps")
+    assert inspect_child.residency(16, 1, 0) == (32, 50.0, "programs")
+
+
+def test_ptxas_and_ptx_figures_are_read_exactly():
+    ptxas = (
+        "ptxas info    : Function properties for k\n"
+        "    24 bytes stack frame, 24 bytes spill stores, 20 bytes spill loads\n"
+        "ptxas info    : Used 96 registers, used 1 barriers, 128 bytes smem"
+    )
+    assert inspect_child.ptxas_figures(ptxas) == {
+        "registers": 96, "spill_store_bytes": 24, "spill_load_bytes": 20, "stack_bytes": 24}  # fmt: skip
+    with pytest.raises(ValueError, match="registers"):
+        inspect_child.ptxas_figures("ptxas fatal: nothing")
+    ptx = (
+        "\t@%p1 ld.global.L1::evict_first.v4.b32 { %r1, %r2, %r3, %r4 }, [ %rd1 + 0 ];\n"
+        "\tld.global.v4.b32 { %r5, %r6, %r7, %r8 }, [ %rd2 + 0 ];\n"
+        "\t@!%p2 ld.global.b16 { %rs1 }, [ %rd3 + 0 ];\n"
+        "\tst.global.v2.b32 [ %rd4 + 0 ], { %r9, %r10 };\n"
+        "\tcp.async.cg.shared.global [ %r11 + 0 ], [ %rd5 + 0 ], 0x10, %r12;\n"
+        "\tcp.async.commit_group;\n"
+        "\tld.shared.b32 %r13, [ %r14 ];\n"
+    )
+    assert inspect_child.memory_instructions(ptx) == ({"16": 2, "2": 1, "cp.async": 1}, {"8": 1})
+
+
+def test_launch_arguments_are_specialized_as_on_the_gpu():
+    import torch
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    def body(x_ptr, y_ptr, n, stride, one, scale, BLOCK: tl.constexpr):
+        offs = tl.arange(0, BLOCK)
+        tl.store(y_ptr + offs * stride * one, tl.load(x_ptr + offs, mask=offs < n) * scale, mask=offs < n)
+
+    kernel = JITFunction(body)  # what triton.jit makes off the interpreter (the tests run on it)
+
+    x = torch.zeros(64, dtype=torch.bfloat16)
+    y = torch.zeros(64, dtype=torch.float32)
+    sig, consts, divisible = inspect_child.signature(kernel, (x, y[1:], 64, 3, 1, 0.5), {}, {"BLOCK": 64})
+    assert sig == {"x_ptr": "*bf16", "y_ptr": "*fp32", "n": "i32", "stride": "i32", "one": "constexpr",
+                   "scale": "fp32", "BLOCK": "constexpr"}  # fmt: skip
+    assert consts == {"one": 1, "BLOCK": 64}
+    assert divisible == ["x_ptr", "n"]  # y[1:] starts 4 bytes in; 3 is not a multiple of 16
+
+
+def _records(results_dir, task="fuse_norm") -> list[InspectionRecord]:
+    lines = read_lines(results_dir / task / INSPECTIONS_FILE).rows
+    return [InspectionRecord(**r) for r in lines]
+
+
+def test_inspect_compiles_every_config_of_a_real_candidate_for_the_h200(tmp_path):
+    result = harness("inspect", "task=fuse_norm", "candidate=row_per_program", f"results_dir={tmp_path}")
+    assert result.returncode == 0, result.stderr
+    records = _records(tmp_path)
+    assert len(records) == 7 and all(r.status == "compiled" and r.shape_label == "T=1" for r in records)
+    by_config = {r.config: r.figures for r in records}
+    warps = [by_config[f"warps={w}, stages=3"]["registers"] for w in (2, 4, 8, 16)]
+    assert warps == sorted(warps, reverse=True) and warps[-1] < 64  # fewer elements per thread, fewer registers
+    capped = by_config["warps=4, stages=3, maxnreg=96"]
+    assert capped["registers"] <= 96 and capped["spill_store_bytes"] > 0  # the cap spills (24 B with triton 3.6)
+    four = by_config["warps=4, stages=3"]
+    assert four["loads"]["16"] > 0 and set(four["stores"]) == {"16"}  # 128-bit vectors: the strides were specialized
+    assert four["programs_per_sm"] == 4 and four["limited_by"] == "registers"
+    assert "| _fuse_norm_kernel | warps=4, stages=3 | T=1 |" in result.stdout
+    assert records[0].candidate_hash and records[0].environment["triton"]
+
+
+def test_a_launcher_that_raises_before_launching_is_recorded_and_exits_1(tmp_path):
+    result = harness("inspect", "task=fuse_norm", f"candidate={FIXTURES / 'fuse_norm' / 'raises.py'}",
+                     f"results_dir={tmp_path}")  # fmt: skip
+    assert result.returncode == 1
+    (record,) = _records(tmp_path)
+    assert record.status == "no_launch" and "planted: this launcher always raises" in record.detail
+    assert "no_launch" in result.stdout
+
+
+def test_a_candidate_reading_secrets_is_a_sandbox_violation(tmp_path):
+    result = harness("inspect", "task=fuse_norm", f"candidate={FIXTURES / 'fuse_norm' / 'reads_secret.py'}",
+                     f"results_dir={tmp_path}")  # fmt: skip
+    assert result.returncode == 1
+    (record,) = _records(tmp_path)
+    assert record.status == "sandbox_violation" and "secret" in record.detail
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("task=fuse_norm",), "task and candidate are required"),
+        (("task=nope", "candidate=x"), "known"),
+        (("task=fuse_norm", "candidate=missing_file"), "missing_file"),
+        (("task=fuse_norm", "candidate=row_per_program", "shapes=['T=2']"), "has no GPU shapes ['T=2']"),
+    ],
+)
+def test_bad_input_is_a_clear_error(tmp_path, args, message):
+    result = harness("inspect", *args, f"results_dir={tmp_path}")
+    assert result.returncode == 1 and message in result.stderr, result.stderr
+    assert not (tmp_path / "fuse_norm" / INSPECTIONS_FILE).exists()
+
+
+def test_records_round_trip_and_refuse_figures_without_compilation():
+    base = {"run_id": "r", "task": "fuse_norm", "candidate": "c", "candidate_hash": "h" * 64,
+            "candidate_path": "p", "shape_label": "T=1"}  # fmt: skip
+    with pytest.raises(ValueError, match="figures come with status compiled only"):
+        InspectionRecord(**base, status="no_launch", figures={"registers": 1})
+    with pytest.raises(ValueError, match="status must be one of"):
+        InspectionRecord(**base, status="fast")
+    r = InspectionRecord(**base, status="crash", detail="exit -11")
+    assert InspectionRecord(**json.loads(json.dumps(r.to_dict()))) == r
