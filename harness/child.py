@@ -44,6 +44,7 @@ import threading
 import time
 import traceback
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -505,13 +506,15 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     report.emit("done", violations=list(monitor.violations))
 
 
-def main(argv: list[str]) -> None:
+def main(argv: list[str], run_in_sandbox: Callable[[dict[str, Any], Reporter, dict[str, str]], None] = run) -> None:
+    """Enter the sandbox, then `run_in_sandbox(request, report, layers)` (this module's `run`, or
+    another child's: harness/inspect_child.py); exit without running anything a candidate left behind."""
     request = json.loads(Path(argv[1]).read_text())
     report = Reporter(request["report_path"])
     code = 0
     try:
         layers = sandbox.enter(Path(request["scratch"]), request.get("drop"), request.get("drop_reason"))
-        run(request, report, layers)
+        run_in_sandbox(request, report, layers)
     except BaseException as e:  # reported, then the parent decides whose failure it was
         report.emit("child_error", message=f"{type(e).__name__}: {e}"[:2000], traceback=traceback.format_exc()[-6000:])
         code = 3

@@ -25,13 +25,13 @@ import re
 import subprocess
 import sys
 import tempfile
-import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness import sandbox
 from harness.child import Reporter, import_candidate, library_roots_of
+from harness.child import main as child_main
 
 # sm_90 (H100 / H200), per SM: CUDA C Programming Guide, "Technical Specifications per Compute Capability".
 ARCH = "sm_90a"
@@ -314,20 +314,5 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     report.emit("done", violations=list(monitor.violations))
 
 
-def main(argv: list[str]) -> None:
-    request = json.loads(Path(argv[1]).read_text())
-    report = Reporter(request["report_path"])
-    code = 0
-    try:
-        layers = sandbox.enter(Path(request["scratch"]), request.get("drop"), request.get("drop_reason"))
-        run(request, report, layers)
-    except BaseException as e:  # reported; the parent says whose failure it was
-        report.emit("child_error", message=f"{type(e).__name__}: {e}"[:2000], traceback=traceback.format_exc()[-6000:])
-        code = 3
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 if __name__ == "__main__":
-    main(sys.argv)
+    child_main(sys.argv, run)
