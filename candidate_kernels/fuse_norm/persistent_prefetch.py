@@ -86,7 +86,7 @@ _CPU_SMS = 2
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({"PROGRAMS_PER_SM": 1}, num_warps=4)]
-    # Registers per program at D = 5120 (ptxas, sm_90a): 4 warps x 243, 8 x 158, 16 x 100. Only the
+    # Registers per thread at D = 5120 (`harness inspect`, T=16384): 4 warps 243, 8: 158, 16: 100. Only the
     # 4-warp program fits twice in an SM's 64K registers; a program that is not resident at once
     # would run its rows late, so no config asks for more programs per SM than fit.
     shapes = ((1, 8), (1, 16), (2, 4))
@@ -132,7 +132,7 @@ def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr):
     mean, whatever the summation order (warps, configs, devices). Head and tail are reduced to a
     scalar each: folding the head onto the tail's columns first made Triton move the [WIDTH] FP64
     partials between their two layouts through shared memory (16 KB and 19 barriers per program
-    at 8 warps, by an offline sm_90 compile; 8 and 16 warps ran 3.7x and 7x slower than 4 on the
+    at 8 warps, by `harness inspect`; 8 and 16 warps ran 3.7x and 7x slower than 4 on the
     H200). Reduced separately: 128 bytes of shared memory at any warp count."""
     total = tl.sum(tl.sum((head * head).to(tl.float64), axis=1), axis=0)
     if HAS_TAIL:

@@ -92,7 +92,7 @@ else:
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({}, num_warps=4)]
-    # Registers per thread (ptxas for sm_90a, D = 5120) and programs per SM they allow: 4 warps 120 (4;
+    # Registers per thread (`harness inspect`, D = 5120) and programs per SM they allow: 4 warps 120 (4;
     # Nsight Compute on the H200 agreed: 24% occupancy, DRAM at 75% of peak at T = 16384), 8 warps 77
     # (3), 16 warps 53 (2). Capped: 4 warps at 96 (5 programs; 24 bytes spilled: 171.9 us against
     # 177.6 uncapped under Nsight Compute), 8 warps at 64 (4 programs; 12 bytes spilled).
@@ -136,7 +136,7 @@ def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr):
     mean, whatever the summation order (warps, configs, devices). Head and tail are reduced to a
     scalar each: folding the head onto the tail's columns first made Triton move the [WIDTH] FP64
     partials between their two layouts through shared memory (16 KB and 19 barriers per program
-    at 8 warps, by an offline sm_90 compile; 8 and 16 warps ran 3.7x and 7x slower than 4 on the
+    at 8 warps, by `harness inspect`; 8 and 16 warps ran 3.7x and 7x slower than 4 on the
     H200). Reduced separately: 128 bytes of shared memory at any warp count."""
     total = tl.sum(tl.sum((head * head).to(tl.float64), axis=1), axis=0)
     if HAS_TAIL:
