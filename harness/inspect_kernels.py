@@ -139,6 +139,49 @@ def table(records: list[InspectionRecord]) -> str:
     return "\n".join(lines + ([""] + failed if failed else []))
 
 
+class InspectError(RuntimeError):
+    """The inspecting child failed outside the candidate (a harness failure)."""
+
+
+def inspect_candidate(task: Any, c: Any, shapes: tuple[str, ...], seed: int = 0, timeout_s: float = 900.0,
+                      keep_scratch: bool = False) -> list[InspectionRecord]:  # fmt: skip
+    """Compile every config of the kernels `c` launches on `shapes` (GPU shape labels) in the sandbox."""
+    root = Path(tempfile.mkdtemp(prefix="beam-inspect-"))
+    os.chmod(root, 0o711)
+    drop = sandbox.drop_target()
+    job = sandbox.prepare_job(root, f"inspect-{c.short_hash}", True, c.path, root / "empty-triton-cache", {})
+    request = {"task": task.name, "shapes": list(shapes), "seed": seed, "scratch": str(job.scratch),
+               "report_path": str(job.report_path), "drop": list(drop) if isinstance(drop, tuple) else None,
+               "drop_reason": None if isinstance(drop, tuple) else drop,
+               "candidate": {"copy": str(job.candidate_copy), "hash": c.content_hash}}  # fmt: skip
+    try:
+        run = sandbox.run_child(job, request, timeout_s, "cpu", os.cpu_count() or 1, module=CHILD_MODULE,
+                                interpret=False)  # fmt: skip
+        child_error = next((e for e in run.events if e["event"] == "child_error"), None)
+        if child_error is not None or not any(e["event"] == "isolation" for e in run.events):
+            raise InspectError(f"the inspecting child failed outside the candidate:\n"
+                               f"{child_error['traceback'] if child_error else run.log_tail}")  # fmt: skip
+        env = environment.capture().to_dict()
+        base = {"run_id": new_id()[:12], "task": task.name, "candidate": c.name, "candidate_hash": c.content_hash,
+                "candidate_path": c.display_path, "environment": {"triton": env["triton"], "torch": env["torch"],
+                                                                   "git_commit": env["git_commit"]}}  # fmt: skip
+        return _records(run.events, run, base, shapes)
+    finally:
+        if keep_scratch:
+            print(f"job directory kept: {job.job_dir}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+
+def gpu_shapes(task: Any, labels: tuple[str, ...]) -> tuple[str, ...]:
+    """`labels` checked against the task's GPU shapes (ValueError naming them); none: the first."""
+    known = [s.label for s in task.shapes]
+    unknown = [label for label in labels if label not in known]
+    if unknown:
+        raise ValueError(f"task {task.name!r} has no GPU shapes {unknown}; known: {known}")
+    return tuple(labels) or (known[0],)
+
+
 def main(settings: InspectSettings) -> int:
     from tasks import TASKS, get_task
 
@@ -148,44 +191,19 @@ def main(settings: InspectSettings) -> int:
                              f"candidate=row_per_program`; known tasks: {sorted(TASKS)}")  # fmt: skip
         task = get_task(settings.task)
         (c,) = candidate_files.resolve(task.name, task.op_name, (settings.candidate,))
-        known = [s.label for s in task.shapes]
-        unknown = [label for label in settings.shapes if label not in known]
-        if unknown:
-            raise ValueError(f"task {task.name!r} has no GPU shapes {unknown}; known: {known}")
+        shapes = gpu_shapes(task, tuple(settings.shapes))
     except ValueError as e:  # CandidateError is one
         print(f"error: {e}", file=sys.stderr)
         return 1
-    shapes = tuple(settings.shapes) or (known[0],)
-    root = Path(tempfile.mkdtemp(prefix="beam-inspect-"))
-    os.chmod(root, 0o711)
-    drop = sandbox.drop_target()
-    job = sandbox.prepare_job(root, f"inspect-{c.short_hash}", True, c.path, root / "empty-triton-cache", {})
-    request = {"task": task.name, "shapes": list(shapes), "seed": settings.seed, "scratch": str(job.scratch),
-               "report_path": str(job.report_path), "drop": list(drop) if isinstance(drop, tuple) else None,
-               "drop_reason": None if isinstance(drop, tuple) else drop,
-               "candidate": {"copy": str(job.candidate_copy), "hash": c.content_hash}}  # fmt: skip
     print(f"inspect: {task.name}/{c.name} ({c.short_hash}) on {list(shapes)}, every config compiled for sm_90a here")
-    run = sandbox.run_child(job, request, settings.timeout_s, "cpu", os.cpu_count() or 1, module=CHILD_MODULE,
-                            interpret=False)  # fmt: skip
     try:
-        child_error = next((e for e in run.events if e["event"] == "child_error"), None)
-        if child_error is not None or not any(e["event"] == "isolation" for e in run.events):
-            why = child_error["traceback"] if child_error else run.log_tail
-            print(f"error: the inspecting child failed outside the candidate:\n{why}", file=sys.stderr)
-            return 1
-        env = environment.capture().to_dict()
-        base = {"run_id": new_id()[:12], "task": task.name, "candidate": c.name, "candidate_hash": c.content_hash,
-                "candidate_path": c.display_path, "environment": {"triton": env["triton"], "torch": env["torch"],
-                                                                   "git_commit": env["git_commit"]}}  # fmt: skip
-        records = _records(run.events, run, base, shapes)
-        path = task_results_dir(Path(settings.results_dir or DEFAULT_RESULTS_DIR), task.name) / INSPECTIONS_FILE
-        for r in records:
-            append(path, r)
-        print(table(records))
-        print(f"records: {path}")
-        return 0 if any(r.status == "compiled" for r in records) else 1
-    finally:
-        if settings.keep_scratch:
-            print(f"job directory kept: {job.job_dir}")
-        else:
-            shutil.rmtree(root, ignore_errors=True)
+        records = inspect_candidate(task, c, shapes, settings.seed, settings.timeout_s, settings.keep_scratch)
+    except InspectError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    path = task_results_dir(Path(settings.results_dir or DEFAULT_RESULTS_DIR), task.name) / INSPECTIONS_FILE
+    for r in records:
+        append(path, r)
+    print(table(records))
+    print(f"records: {path}")
+    return 0 if any(r.status == "compiled" for r in records) else 1

@@ -379,7 +379,7 @@ def test_agent_prompt_prints_system_statement_and_tools(capsys, tmp_path):
     for part in ("=== TASK STATEMENT ===", "def norm_residual_norm(", "h_new_TD = (h_TD.float() * a",
                  "def residual_coefficients(", "`tiny T=5`: preset=beam-tiny, T=5, D=96", "Promoted: none yet",
                  "CPU only (no CUDA GPU)", "## Which ops dominate", "## The candidate file contract",
-                 "=== TOOLS (5) ===", '"name": "submit_candidate"'):  # fmt: skip
+                 "=== TOOLS (6) ===", '"name": "submit_candidate"'):  # fmt: skip
         assert part in out, part
     code = cli.main(["agent", "prompt", "task=fuse_norm", "device=cpu", "agent=command", f"results_dir={tmp_path}"])
     out = capsys.readouterr().out
@@ -479,6 +479,28 @@ def test_agent_settings_are_validated_and_composed_by_hydra(capsys):
     assert code == 0 and "kind: anthropic" in out and "model: claude-haiku-4-5" in out and "rounds: 8" in out
     assert cli.main(["model", "info", "--cfg", "job"]) == 0  # agent=none adds nothing to other commands
     assert "agent" not in capsys.readouterr().out
+
+
+def test_the_inspect_tool_returns_the_compilers_figures_without_a_gpu_or_a_round(tmp_path):
+    agent = AgentSettings(kind="anthropic", model=MODEL, candidates_dir=str(tmp_path / "candidates"))
+    session = loop.Session(TASK, _settings(tmp_path, agent), agent, MODEL, Budget(rounds=1, turns=1, tokens=1, usd=1.0))
+    box = tools.ToolBox(session)
+    source = (REPO_ROOT / "candidate_kernels" / "fuse_norm" / "row_per_program.py").read_text()
+    call = {
+        "type": "tool_use",
+        "id": "t1",
+        "name": "inspect_kernels",
+        "input": {"source": source, "shapes": ["T=16384"]},
+    }
+    (result,) = box.run_all([call])
+    assert result["is_error"] is False, result["content"]
+    assert "| _fuse_norm_kernel | warps=4, stages=3 | T=16384 | 120 |" in result["content"]
+    assert session.budget.rounds_used == 0 and not list((tmp_path / "candidates").glob("*.py"))
+    (inspection,) = session.record["checks"]
+    assert {r["status"] for r in inspection["inspection"]} == {"compiled"}
+    bad = {"type": "tool_use", "id": "t2", "name": "inspect_kernels", "input": {"source": source, "shapes": ["T=2"]}}
+    (refused,) = box.run_all([bad])
+    assert refused["is_error"] is True and "has no GPU shapes ['T=2']" in refused["content"]
 
 
 # ---- on the GPU: verdicts with timings ---------------------------------------------------------------

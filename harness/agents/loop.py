@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import candidates as candidate_files
-from harness import runner
+from harness import inspect_kernels, runner
 from harness.agents import submissions
 from harness.agents.budget import Budget, price_of
 from harness.agents.settings import AgentSettings
@@ -216,6 +216,26 @@ class Session:
         with self.lock:
             self.record["checks"].append({"shapes": list(labels), "source": d.source, "verdict": verdict})
         return verdict
+
+    def inspect(self, source: Any, shapes: Any) -> str:
+        """The compiler's figures of a file's kernels for the H200 (harness/inspect_kernels.py), as a table."""
+        if shapes is not None and (not isinstance(shapes, list) or not all(isinstance(x, str) for x in shapes)):
+            raise ToolError(f"shapes must be a list of GPU shape labels; got {shapes!r}")
+        try:
+            labels = inspect_kernels.gpu_shapes(self.task, tuple(shapes or ()))
+        except ValueError as e:
+            raise ToolError(str(e)) from e
+        d = self.draft(source, "inspection, not a submission", None)
+        with tempfile.TemporaryDirectory(prefix="beam-agent-inspect-") as tmp:
+            path = Path(tmp) / "inspect.py"
+            path.write_text(submissions.with_metadata(d.source, d.meta, None))
+            candidate = candidate_files.load(path, self.task.name, self.task.op_name)
+            records = inspect_kernels.inspect_candidate(self.task, candidate, labels)
+        with self.lock:
+            self.record["checks"].append({"shapes": list(labels), "source": d.source, "inspection": [
+                {k: getattr(r, k) for k in ("shape_label", "status", "kernel", "config", "figures", "detail")}
+                for r in records]})  # fmt: skip
+        return inspect_kernels.table(records)
 
     def benchmark(self, name: Any, shapes: Any) -> dict[str, Any]:
         labels = self._check_shapes(shapes)

@@ -184,7 +184,8 @@ def statement(task: Task, ctx: task_context.TaskContext, agent: AgentSettings, d
 
 def api_delivery(agent: AgentSettings) -> str:
     return (f"## How to deliver\n\nUse the tools. You have {agent.rounds} rounds: each submit_candidate call is one "
-            "round, evaluated at once, its verdict returned as the tool result. check_parity costs no round. "
+            "round, evaluated at once, its verdict returned as the tool result. check_parity and inspect_kernels "
+            "(what the compiler makes of each config for the H200: registers, spills, vector widths) cost no round. "
             "When you are done, or see nothing more to try, reply without a tool call.")  # fmt: skip
 
 
@@ -196,8 +197,11 @@ def command_delivery(task: str, agent: AgentSettings, candidate_path: str, workd
         "`parent` of a CANDIDATE dict if your file has one), copies it into the candidate folder under a unique "
         f"name and evaluates it. Your working directory {workdir} is yours for notes and experiments and is kept "
         "between rounds. The repository is read-only for you: any change to it is reverted and reported. To check "
-        f"parity yourself: `python -m harness run task={task} candidates=[{candidate_path}] promote=false` from the "
-        "repository root (it records its results)."
+        f"parity yourself: `python -m harness run task={task} candidates=[{candidate_path}] promote=false "
+        f"results_dir={workdir}/results` from the repository root; to see what the compiler makes of each config "
+        f"for the H200 (registers, spills, vector widths; no GPU needed): `python -m harness inspect task={task} "
+        f"candidate={candidate_path} results_dir={workdir}/results`. (Their records go to your working directory: "
+        "results/ is part of the repository.)"
     )
     if history:
         text += f"\n\n## Verdicts of your earlier rounds\n\n{history}"

@@ -94,6 +94,29 @@ TOOLS: tuple[dict[str, Any], ...] = (
         },
     },
     {
+        "name": "inspect_kernels",
+        "description": (
+            "Compile a file's Triton kernels for the H200 (sm_90a) without running them: no GPU needed, no round "
+            "spent, nothing recorded. For every config its autotuner could choose, on the GPU shapes you name: "
+            "registers per thread, spilled bytes, shared memory, barriers, global loads and stores by bytes per "
+            "instruction (16B = 128-bit vectors; 2B = one BF16 at a time), and the programs an SM can hold with "
+            "the limit that binds. Use it to catch spills, unvectorized loads and low occupancy before a submission."
+        ),
+        "input_schema": {
+            "type": "object",
+            "properties": {
+                "source": {"type": "string", "description": "The whole Python file, as for submit_candidate."},
+                "shapes": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "GPU shape labels of the task (e.g. 'T=1', 'T=16384'); omit for the "
+                    "first GPU shape.",
+                },  # fmt: skip
+            },
+            "required": ["source"],
+        },
+    },
+    {
         "name": "read_file",
         "description": (
             "Read a text file of the project (read-only), by path relative to the repository root, e.g. "
@@ -214,6 +237,8 @@ class ToolBox:
                 return lambda: _as_result(lambda: self.session.submit(draft, ticket))
             if name == "check_parity":
                 return lambda: _as_result(lambda: self.session.check_parity(args.get("source"), args.get("shapes")))
+            if name == "inspect_kernels":
+                return lambda: _as_result(lambda: self.session.inspect(args.get("source"), args.get("shapes")))
             if name == "benchmark":
                 return lambda: _as_result(lambda: self.session.benchmark(args.get("candidate"), args.get("shapes")))
             if name == "read_file":
