@@ -16,6 +16,7 @@ chart (HTML), the diff against the parent, and at the end the environment.
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -192,6 +193,22 @@ def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str
     return Table(headers, tuple(out), tuple(classes))
 
 
+def autotuned_lines(rows: Sequence[EvaluationRecord]) -> list[str]:
+    """`kernel (key values)`: config, per autotuning key; the key's dtypes and the configs' defaults left out."""
+    out = set()
+    for r in rows:
+        for kernel, choices in r.autotuned.items():
+            for key, config in choices.items():
+                try:
+                    values = ast.literal_eval(key)
+                except (ValueError, SyntaxError):
+                    values = (key,)
+                shown = ", ".join(str(v) for v in values if not str(v).startswith("torch."))
+                kept = [part for part in config.split(", ") if part not in ("num_ctas: 1", "maxnreg: None")]
+                out.add(f"`{kernel}` ({shown}): {', '.join(kept)}")
+    return sorted(out)
+
+
 def cheat_section(rows: Sequence[EvaluationRecord], checks: Sequence[tuple[str, str]]) -> list[Block]:
     n_calls = sum(len(r.seeds) for r in rows)
     names = ", ".join(f"`{n}`" for n, _ in checks)
@@ -281,6 +298,9 @@ def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) 
             blocks.append(table)
             notes = sorted({f"`{b}`: {why}" for r in rows for b, why in r.baseline_notes.items()})
             blocks += [Para("Not timed beside it: " + "; ".join(notes), cls="note")] if notes else []
+            tuned = autotuned_lines(rows)
+            blocks += [Para("Configs its autotuners chose in the benchmark child: " + "; ".join(tuned),
+                            cls="note")] if tuned else []  # fmt: skip
         else:
             skipped = sorted({r.timing_skipped or "no timing" for r in rows})
             blocks.append(Para("Timing: " + "; ".join(skipped), cls="note"))

@@ -192,6 +192,25 @@ def test_the_report_carries_every_section():
         assert needle in text, needle
 
 
+def test_the_autotuners_choices_are_shown_without_dtypes_and_defaults():
+    from harness.report import autotuned_lines
+
+    dtypes = ", ".join(["'torch.bfloat16'"] * 6)
+    tuned = {
+        "_fuse_norm_kernel": {
+            f"(5120, 16384, {dtypes})": "num_warps: 8, num_ctas: 1, num_stages: 3, maxnreg: 64",
+            f"(5120, 1, {dtypes})": "num_warps: 4, num_ctas: 1, num_stages: 3, maxnreg: None",
+        }
+    }
+    rows = [r for r in fixed_records() if r.implementation == "fast_rows"]
+    assert autotuned_lines(rows) == []
+    rows = [EvaluationRecord(**{**r.__dict__, "autotuned": tuned}) for r in rows]
+    assert autotuned_lines(rows) == [
+        "`_fuse_norm_kernel` (5120, 1): num_warps: 4, num_stages: 3",
+        "`_fuse_norm_kernel` (5120, 16384): num_warps: 8, num_stages: 3, maxnreg: 64",
+    ]
+
+
 # ---- the page, in a real browser --------------------------------------------------------------------------
 def chromium(*args: str, tmp: Path) -> subprocess.CompletedProcess:
     if CHROMIUM is None:
