@@ -256,10 +256,9 @@ def config_options(config: Any, launch_options: dict[str, Any]) -> dict[str, Any
 
 
 def _describe(config: Any) -> str:
-    parts = [f"{k}={v}" for k, v in config.kwargs.items()] + [
-        f"warps={config.num_warps}",
-        f"stages={config.num_stages}",
-    ]
+    """"Q_HEADS=16, warps=4, stages=3[, maxnreg=96]": the config as the tables show it."""
+    parts = [f"{k}={v}" for k, v in config.kwargs.items()]
+    parts += [f"warps={config.num_warps}", f"stages={config.num_stages}"]
     return ", ".join(parts + ([f"maxnreg={config.maxnreg}"] if config.maxnreg else []))
 
 
@@ -283,7 +282,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     except BaseException as e:  # the candidate's failure is data
         report.emit("import_error", message=f"{type(e).__name__}: {e}"[:2000], violations=list(monitor.violations))
         return
-    done: dict[tuple, Figures | str] = {}
+    done: dict[tuple[str, str], Figures] = {}  # one compilation per distinct specialization
     for label in request["shapes"]:
         shape = task.shape(label, torch.device("cuda"))  # the GPU shape; its inputs are made on the CPU
         inputs = task.make_inputs(shape, request["seed"], torch.device("cpu"))
