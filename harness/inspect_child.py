@@ -256,7 +256,7 @@ def config_options(config: Any, launch_options: dict[str, Any]) -> dict[str, Any
 
 
 def _describe(config: Any) -> str:
-    """"Q_HEADS=16, warps=4, stages=3[, maxnreg=96]": the config as the tables show it."""
+    """The config as the tables show it: Q_HEADS=16, warps=4, stages=3[, maxnreg=96]."""
     parts = [f"{k}={v}" for k, v in config.kwargs.items()]
     parts += [f"warps={config.num_warps}", f"stages={config.num_stages}"]
     return ", ".join(parts + ([f"maxnreg={config.maxnreg}"] if config.maxnreg else []))

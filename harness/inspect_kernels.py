@@ -112,7 +112,7 @@ def _records(events: list[dict[str, Any]], run: sandbox.ChildRun, base: dict[str
 
 
 def _bytes_per_instruction(counts: dict[str, int]) -> str:
-    """ "8x16B 2x2B": instructions x bytes each, widest first; "3x cp.async": copies to shared memory."""
+    """Instructions x bytes each, widest first (8x16B 2x2B); copies to shared memory as 3x cp.async."""
     sized = sorted(((int(k), n) for k, n in counts.items() if k.isdigit()), reverse=True)
     other = [f"{n}x {k}" for k, n in counts.items() if not k.isdigit()]
     return " ".join([f"{n}x{size}B" for size, n in sized] + other) or "-"
