@@ -19,9 +19,10 @@ so that clock and thermal drift hit them alike and their ratio means something.
   queued: what it times is the GPU's work, not the host's launch path, as a graph replay does.
   Without the hold, on the H200, fuse_norm/row_per_program timed 83 us at T=1000 in the sandboxed
   benchmark child against 57 us in a plain process with this module's timers (the same autotuned
-  launch), and 239 against 207 us at T=16384 (Nsight Compute: 178 us, cold), while graph replays,
-  which time no launch, agreed within 3%: the child's slower launches were inside the windows
-  (inferred from these figures, not profiled).
+  launch), and 239 against 207 us at T=16384 (Nsight Compute: 178 us, cold), while its graph
+  replays, which time no launch, were no slower in the child (T=1 3.60 against 3.94 us, T=64 5.28
+  against 5.17): the child's slower launches were inside the windows (inferred from these
+  figures, not profiled).
 - Every window ends with a device-wide synchronization BEFORE its end event, so work left on a
   side stream is inside the window; its fixed cost (a few us) is amortized over the calls.
 - Warm-up windows first (compilation, autotuning, allocator), then `samples` windows per
