@@ -42,9 +42,10 @@ so that clock and thermal drift hit them alike and their ratio means something.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -134,12 +135,10 @@ def _events_ms(fn: Callable[[], None], repeats: int) -> list[float]:
     gpu_hold, times = GpuHold(), []
     for _ in range(repeats):
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        gpu_hold.hold()
-        began = _perf_counter()
-        start.record()
-        fn()
-        end.record()
-        gpu_hold.next_hold_us(_perf_counter() - began)
+        with gpu_hold.queued():
+            start.record()
+            fn()
+            end.record()
         end.synchronize()
         times.append(start.elapsed_time(end))
     return times
@@ -243,6 +242,14 @@ class GpuHold:
             self.cycles_per_us = self._calibrate()
         _spin(int(self.hold_us * self.cycles_per_us))
 
+    @contextlib.contextmanager
+    def queued(self) -> Iterator[None]:
+        """Hold the GPU, let the block queue its work, and size the next hold by how long that took."""
+        self.hold()
+        began = _perf_counter()
+        yield
+        self.next_hold_us(_perf_counter() - began)
+
 
 def _event_timer(
     name: str, fn: Callable[..., Any], input_sets: list[dict], settings: BenchSettings, flush: torch.Tensor | None,
@@ -256,13 +263,11 @@ def _event_timer(
         if flush is not None:
             flush.zero_()  # evict the L2, outside the window
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        gpu_hold.hold()  # the calls below are queued before the GPU reaches `start`
-        began = _perf_counter()
-        start.record()
-        for _ in range(calls):
-            fn(**input_sets[counter[0] % len(input_sets)])
-            counter[0] += 1
-        gpu_hold.next_hold_us(_perf_counter() - began)
+        with gpu_hold.queued():  # the calls are queued before the GPU reaches `start`
+            start.record()
+            for _ in range(calls):
+                fn(**input_sets[counter[0] % len(input_sets)])
+                counter[0] += 1
         _synchronize()
         end.record()
         end.synchronize()

@@ -18,6 +18,7 @@ start leaves no file behind.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -26,7 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -202,15 +203,20 @@ class Session:
             self.save()
         return verdict
 
+    @contextlib.contextmanager
+    def _scratch_candidate(self, d: submissions.Draft) -> Iterator[tuple[Candidate, Path]]:
+        """The draft as a candidate file in a temporary folder (not the candidate folder: no round)."""
+        with tempfile.TemporaryDirectory(prefix="beam-agent-check-") as tmp:
+            path = Path(tmp) / "check.py"
+            path.write_text(submissions.with_metadata(d.source, d.meta, None))
+            yield candidate_files.load(path, self.task.name, self.task.op_name), Path(tmp)
+
     def check_parity(self, source: Any, shapes: Any) -> dict[str, Any]:
         labels = self._check_shapes(shapes)
         d = self.draft(source, "parity check, not a submission", None)
-        with tempfile.TemporaryDirectory(prefix="beam-agent-parity-") as tmp:
-            path = Path(tmp) / "check.py"
-            path.write_text(submissions.with_metadata(d.source, d.meta, None))
-            candidate = candidate_files.load(path, self.task.name, self.task.op_name)
+        with self._scratch_candidate(d) as (candidate, tmp):
             result = self._evaluate(candidate, shapes=labels, benchmark=False, baselines=False,
-                                    results_dir=str(Path(tmp) / "results"))  # fmt: skip
+                                    results_dir=str(tmp / "results"))  # fmt: skip
             verdict = self._verdict(candidate, result)
         verdict.update(candidate=None, file=None, note="parity check only: nothing recorded, no round spent")
         with self.lock:
@@ -226,10 +232,7 @@ class Session:
         except ValueError as e:
             raise ToolError(str(e)) from e
         d = self.draft(source, "inspection, not a submission", None)
-        with tempfile.TemporaryDirectory(prefix="beam-agent-inspect-") as tmp:
-            path = Path(tmp) / "inspect.py"
-            path.write_text(submissions.with_metadata(d.source, d.meta, None))
-            candidate = candidate_files.load(path, self.task.name, self.task.op_name)
+        with self._scratch_candidate(d) as (candidate, _):
             records = inspect_kernels.inspect_candidate(self.task, candidate, labels)
         with self.lock:
             self.record["checks"].append({"shapes": list(labels), "source": d.source, "inspection": [

@@ -111,7 +111,7 @@ TOOLS: tuple[dict[str, Any], ...] = (
                     "items": {"type": "string"},
                     "description": "GPU shape labels of the task (e.g. 'T=1', 'T=16384'); omit for the "
                     "first GPU shape.",
-                },  # fmt: skip
+                },
             },
             "required": ["source"],
         },
