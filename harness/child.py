@@ -392,6 +392,32 @@ def triton_cache_dir(path: str):
             os.environ["TRITON_CACHE_DIR"] = saved
 
 
+def save_compile_artifacts(torch, path: str) -> tuple[int, str | None]:
+    """Write what torch.compile compiled or loaded in this process (its Mega-Cache: Inductor's
+    graphs with their Triton kernels and autotuning choices) to `path`. Returns the bytes written
+    (0: nothing was compiled) and why nothing could be written, or None."""
+    try:
+        saved = torch.compiler.save_cache_artifacts()
+        if saved is None:
+            return 0, None
+        Path(path).write_bytes(saved[0])
+    except Exception as e:  # the benchmark children then compile their peers cold
+        return 0, f"{type(e).__name__}: {e}"[:500]
+    return len(saved[0]), None
+
+
+def load_compile_artifacts(torch, path: str) -> str | None:
+    """Fill this process's compile caches from `path` (written by save_compile_artifacts), so that
+    torch.compile finds each graph already lowered: it still traces, it no longer compiles. Returns
+    why it could not, or None. (An entry made by other torch or Triton versions or another GPU is
+    not used: that graph compiles cold.)"""
+    try:
+        info = torch.compiler.load_cache_artifacts(Path(path).read_bytes())
+    except Exception as e:  # a stale or unreadable file costs a cold compile, nothing else
+        return f"{type(e).__name__}: {e}"[:500]
+    return None if info is not None else f"{path} did not deserialize (torch's warning is in the child's log)"
+
+
 def baseline_impls(task, torch, names: list[str], n_shapes: int, report) -> dict[str, Any]:
     """reference, torch_compile (compiled once per shape, `n_shapes` of them) and the requested
     library baselines; unavailable ones are reported."""
@@ -451,6 +477,9 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
                 parity_loop(
                     torch, request, task, fn, name, report, None, guard, keep_alive, watch_fallback=False, trusted=True
                 )
+        if request.get("peer_artifacts") and "torch_compile" in impls:  # every shape's peer is compiled now
+            saved_bytes, problem = save_compile_artifacts(torch, request["peer_artifacts"])
+            report.emit("peer_artifacts", saved_bytes=saved_bytes, problem=problem)
         if request["timing"]:
             bench_loop(torch, request, task, impls, report)
         report.emit("done", violations=[])
@@ -461,10 +490,15 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         # The peers' Triton kernels (torch.compile's) go to a cache of their own in scratch, never
         # persisted: in the candidate's cache, which is kept for its later runs, a planted file
         # under a peer kernel's key could slow that peer down in every later run. It starts as a
-        # copy of the trusted baselines child's cache (sandbox.seed_peer_triton_cache).
+        # copy of the trusted baselines child's cache (sandbox.seed_peer_triton_cache), and the
+        # peers' graphs come lowered from that child's compile artifacts (read before any
+        # candidate code runs, from a copy in this job's directory).
         # A baseline that fails on a shape is left out of that shape only (torch.compile hits its
         # recompile limit at moe_experts' larger shapes, and still runs the smaller ones).
         with triton_cache_dir(os.path.join(request["scratch"], sandbox.PEER_TRITON_CACHE)):
+            if request.get("peer_artifacts") and "torch_compile" in impls:  # the baselines child's compiles
+                problem = load_compile_artifacts(torch, request["peer_artifacts"])
+                report.emit("peer_artifacts", loaded=problem is None, problem=problem)
             for shape_label in request["shapes"]:
                 inputs = task.make_inputs(task.shape(shape_label, device), request["bench_seed"], device)
                 for name in impls:

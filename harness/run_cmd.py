@@ -6,11 +6,12 @@
     harness run task=fuse_norm agent=anthropic agent.rounds=8   an agent proposes candidates first (harness/agents/)
     harness results task=fuse_norm last=5
 
-`run` prints a table per shape (status, error figures, times, speedups over each baseline,
-roofline fraction, verdict) and its wall time; the records land in results/<task>/. Exit status:
-0 when the run completed, whatever the candidates did; 1 for bad input (unknown task, shape or
-candidate, a candidate file that breaks the contract), or when an agent's session ended on an error
-(the API gave up; its transcript in results/<task>/agents/ says how far it got).
+`run` prints a table per shape (status, error figures, times, speedups over each baseline with
+that baseline's time beside the candidate, roofline fraction, verdict) and its wall time; the
+records land in results/<task>/. Exit status: 0 when the run completed, whatever the candidates
+did; 1 for bad input (unknown task, shape or candidate, a candidate file that breaks the
+contract), or when an agent's session ended on an error (the API gave up; its transcript in
+results/<task>/agents/ says how far it got).
 
 Shape labels contain `=` (and some spaces), which Hydra's override grammar reads as syntax: quote
 them inside the list, and quote the whole override for the shell, as above.
@@ -128,8 +129,9 @@ def format_run(result: runner.RunResult) -> str:
                 "p50 (p20-p80)": (f"{_ms_or_us(r.timing.p50_us)} ({r.timing.p20_us:.2f}-{r.timing.p80_us:.2f})"
                                   if r.timing else "-"),
             }  # fmt: skip
-            for b in baselines:
-                row[f"vs {b}"] = f"{r.speedups[b]:.2f}x" if b in r.speedups else "-"
+            for b in baselines:  # the baseline as timed beside this candidate, in its own process
+                row[f"vs {b}"] = (f"{r.speedups[b]:.2f}x ({_ms_or_us(r.baselines_us[b]['p50_us'])})"
+                                  if b in r.speedups else "-")  # fmt: skip
             row["floor"] = f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else "-"
             row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash))
             rows.append(row)
@@ -139,6 +141,11 @@ def format_run(result: runner.RunResult) -> str:
         lines.append(f"\n== {r0.task} | {label} | {r0.device}, {r0.policy} policy, seeds {r0.seeds} ==")
         lines.append(pd.DataFrame(rows).to_string(index=False))
     run = result.run
+    if any(r.speedups for r in records):
+        lines.append(
+            "\nBaseline rows: timed in the trusted baselines child. A candidate's 'vs' cells and verdict use "
+            "the baselines timed again beside it, in its own benchmark child (their p50 in parentheses)."
+        )
     if run.timing_skipped:
         lines.append(f"\nTimings: {run.timing_skipped}.")
     lines.append(f"Promotion: {result.promotion_reason}")

@@ -19,7 +19,9 @@
 Compiled kernels are kept between runs under `cache_dir`: each candidate's Triton cache (by content
 hash: only that candidate's children write it), the baselines child's per task
 (`triton/baselines-<task>`, copied into every benchmark child for its torch.compile peers), and
-Inductor's and flashinfer's, used in place by the trusted child only.
+Inductor's and flashinfer's, used in place by the trusted child only. Within a run, the baselines
+child also saves torch.compile's compile artifacts (PEER_ARTIFACTS), and each benchmark child
+loads a copy before it compiles its peers: it traces each graph again but does not lower it again.
 
 This module is where the failures of candidates become data: a child's exit, report and saved
 outputs become a Status with its detail. A failure of the harness itself (a trusted child that
@@ -64,6 +66,9 @@ from tasks.task import Shape, Task
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "beam-harness"
 BENCH_SEED = 1000  # input sets of the benchmark: seeds 1000, 1001, ...
+# The trusted baselines child writes torch.compile's compile artifacts here (its scratch); each
+# benchmark child gets a copy in its job directory (harness/child.py load_compile_artifacts).
+PEER_ARTIFACTS = "peer-compile-artifacts.bin"
 # The worst status first: a shape gets the first that applies.
 SEVERITY = (Status.SANDBOX_VIOLATION, Status.IMPORT_ERROR, Status.COMPILE_ERROR, Status.CUDA_FAULT, Status.CRASH,
             Status.TIMEOUT, Status.RUNTIME_ERROR, Status.CHEAT_DETECTED, Status.MISMATCH, Status.NOT_RUN,
@@ -209,6 +214,7 @@ class _Evaluation:
         self.threads = max(1, (os.cpu_count() or 1) // self.jobs)
         self.root = Path(tempfile.mkdtemp(prefix=f"beam-harness-{task.name}-"))
         os.chmod(self.root, 0o711)
+        self.peer_artifacts: Path | None = None  # the baselines child's torch.compile artifacts, once written
 
     # -- children --
     def _request(self, job: sandbox.Job, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str],
@@ -240,16 +246,22 @@ class _Evaluation:
         triton_cache = self.cache_dir / "triton" / unit.candidate.content_hash if unit is not None else baselines_cache
         job = sandbox.prepare_job(self.root, name, isolate, unit.candidate.path if unit else None, triton_cache,
                                   self._shared_caches() if mode != "parity" else {})  # fmt: skip
+        request = self._request(job, mode, unit, baselines, shapes, isolate)
+        if mode == "baselines":
+            request["peer_artifacts"] = str(job.scratch / PEER_ARTIFACTS)
         if mode == "bench":
             sandbox.seed_peer_triton_cache(job, baselines_cache)
-        request = self._request(job, mode, unit, baselines, shapes, isolate)
+            if self.peer_artifacts is not None:  # a copy per child, read before its candidate is imported
+                copy = job.job_dir / PEER_ARTIFACTS
+                shutil.copyfile(self.peer_artifacts, copy)
+                os.chmod(copy, 0o644)
+                request["peer_artifacts"] = str(copy)
         run = sandbox.run_child(job, request, timeout_s, self.device, self.threads, self.settings.cuda_devices)
         ended = "timed out" if run.timed_out else "ended"
-        # A benchmark child compiles and warms its torch.compile peers before it times anything:
-        # its 'isolation' event marks the end of that (harness/child.py).
-        warmed = next((e["t"] for e in run.events if e.get("event") == "isolation"), None) if mode == "bench" else None
-        split = f" ({warmed:.1f} s of it compiling and warming the peers)" if isinstance(warmed, (int, float)) else ""
-        self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s{split}")
+        self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s{_compile_note(mode, run)}")
+        if mode == "baselines":
+            saved = job.scratch / PEER_ARTIFACTS
+            self.peer_artifacts = saved if saved.is_file() and saved.stat().st_size else None
         # Parity children share the GPU (self.jobs at a time): their autotuning choices are not kept.
         sandbox.persist_triton_cache(job, triton_cache, autotuning=mode != "parity")
         return run, job
@@ -531,6 +543,24 @@ class _Evaluation:
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
             autotuned=unit.autotuned if timing is not None else {},
         )  # fmt: skip
+
+
+def _compile_note(mode: str, run: sandbox.ChildRun) -> str:
+    """How a child got its torch.compile peers, for its progress line: the baselines child saved its
+    compile artifacts (or could not); a benchmark child loaded them, and spent the time up to its
+    'isolation' event compiling and warming the peers (harness/child.py)."""
+    event = next((e for e in run.events if e.get("event") == "peer_artifacts"), None)
+    if mode == "baselines" and event is not None:
+        return (f" (torch.compile artifacts not saved: {event['problem']})" if event.get("problem")
+                else f" (saved {event.get('saved_bytes', 0) / 1e6:.1f} MB of torch.compile artifacts)")  # fmt: skip
+    warmed = next((e["t"] for e in run.events if e.get("event") == "isolation"), None)
+    if mode != "bench" or not isinstance(warmed, (int, float)):
+        return ""
+    source = ""
+    if event is not None:
+        source = (", from the baselines child's compile artifacts" if event.get("loaded")
+                  else f"; compile artifacts unusable: {event.get('problem')}")  # fmt: skip
+    return f" ({warmed:.1f} s of it compiling and warming the peers{source})"
 
 
 def _log_tail(unit: _Unit, status: Status) -> str:

@@ -530,7 +530,8 @@ def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
         tuple(records), promotion, promotion.reason, (),
     )  # fmt: skip
     table = format_run(result)
-    assert "3.00 us (2.94-3.06)" in table and "3.33x" in table and "PROMOTED" in table
+    assert "3.00 us (2.94-3.06)" in table and "3.33x (10.00 us)" in table and "2.00x (6.00 us)" in table
+    assert "PROMOTED" in table and "timed again beside it" in table
 
 
 # ---- on the GPU: `python -m pytest -m gpu tests/test_runner.py` ---------------------------------------
@@ -623,3 +624,86 @@ def test_gpu_cheats_side_streams_and_stale_memory_are_caught(tmp_path):
     assert any(c.startswith("stale_memory") for c in status["stale_memory"].cheats), status["stale_memory"].detail
     assert status["side_thread"].status is Status.CHEAT_DETECTED
     assert status["correct"].status is Status.PASSED, status["correct"].detail
+
+
+# ---- torch.compile artifacts: the baselines child's compiles, loaded by the benchmark children ---------
+PEER_SCRIPT = """
+import sys, torch
+from torch._dynamo.utils import counters
+from harness import child
+mode, path = sys.argv[1], sys.argv[2]
+if mode == "load":
+    assert child.load_compile_artifacts(torch, path) is None
+peer = torch.compile(lambda x: (x.float() * torch.rsqrt((x.float() ** 2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype),
+                     dynamic=False)
+for t in (1, 3):
+    peer(torch.randn(t, 16, dtype=torch.bfloat16))
+if mode == "save":
+    print("saved", child.save_compile_artifacts(torch, path))
+print("counters", dict(counters["inductor"]))
+"""
+
+
+def test_benchmark_children_load_the_peers_the_baselines_child_compiled(tmp_path):
+    """Compile artifacts saved by one process let another, with an empty Inductor cache of its own
+    (an isolated benchmark child's), load every graph instead of compiling it (CPU Inductor here)."""
+    import subprocess
+    import sys
+
+    artifacts = tmp_path / "peers.bin"
+
+    def run(mode: str, cache: str) -> str:
+        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache), "PYTHONPATH": str(REPO_ROOT)}
+        done = subprocess.run([sys.executable, "-c", PEER_SCRIPT, mode, str(artifacts)], env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    saved = run("save", "baselines")
+    assert "saved (" in saved and "fxgraph_cache_miss': 2" in saved and artifacts.stat().st_size > 0
+    assert "saved (0," not in saved
+    loaded = run("load", "bench")
+    assert "fxgraph_cache_hit': 2" in loaded and "fxgraph_cache_miss" not in loaded, loaded
+
+
+def test_unusable_compile_artifacts_are_a_reason_not_a_crash(tmp_path):
+    import torch
+
+    from harness import child
+
+    garbage = tmp_path / "peers.bin"
+    garbage.write_bytes(b"not a cache")
+    assert "did not deserialize" in child.load_compile_artifacts(torch, str(garbage))
+    assert "FileNotFoundError" in child.load_compile_artifacts(torch, str(tmp_path / "missing.bin"))
+
+
+def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifacts(tmp_path, monkeypatch):
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
+    requests, lines = [], []
+
+    def fake_run_child(job, request, timeout_s, device, threads, cuda_devices=None):
+        requests.append(request)
+        if request["mode"] == "baselines":  # what the trusted child does with its compiles
+            Path(request["peer_artifacts"]).write_bytes(b"compiled peers")
+            events = [{"event": "peer_artifacts", "saved_bytes": 14, "problem": None}]
+        else:
+            assert Path(request["peer_artifacts"]).read_bytes() == b"compiled peers"
+            events = [{"event": "peer_artifacts", "loaded": True, "problem": None}, {"event": "isolation", "t": 7.5}]
+        return sandbox.ChildRun(0, False, 9.0, events, "")
+
+    monkeypatch.setattr(sandbox, "run_child", fake_run_child)
+    settings = runner.EvaluationSettings(device="cpu", cache_dir=str(tmp_path / "cache"), results_dir=str(tmp_path))
+    ev = runner._Evaluation(task, [cand], settings, echo=lines.append)
+    labels = [s.label for s in ev.shapes]
+    ev._spawn("baselines", "baselines", None, ["reference", "torch_compile"], labels, 5.0)
+    _, job = ev._spawn("bench-x", "bench", ev.units[0], ["reference", "torch_compile"], labels, 5.0)
+    copy = Path(requests[1]["peer_artifacts"])
+    assert copy.parent == job.job_dir and copy.stat().st_mode & 0o777 == 0o644  # outside the child's scratch
+    assert "saved 0.0 MB of torch.compile artifacts" in lines[0]
+    assert lines[1].endswith(
+        "(7.5 s of it compiling and warming the peers, from the baselines child's compile artifacts)"
+    )

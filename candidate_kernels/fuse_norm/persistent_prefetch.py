@@ -25,6 +25,13 @@ Third session (commit 73ee016, bench.max_seconds=3): T=1 3.13, T=3 3.51, T=8 3.8
   benchmark child's launch time, removed since 2ba66b8). The outliers of the first session are gone.
   Config sweep (plain process): PROGRAMS_PER_SM=2 with 4 warps is the fastest config at every shape
   (T=16384: 204 us; 1 program of 8 / 16 warps: 808 / 1436 us).
+Fourth session (GPU held during event windows; results/README.md), against torch.compile timed in
+  the same child: commit 0133681 T=1 3.63 / 3.28 us (the autotuner picked 16 warps), T=8 3.91 /
+  4.23, T=64 4.57 / 5.29, T=1000 23.08 / 23.42, T=16384 188.7 / 197.2 us (84% of the copy floor;
+  goal 165 us missed by 24 us). With decode-size configs tuned as graph replays (commit 8769800):
+  T=1 3.41 / 3.40 us with 4 warps (goal 2.3 us missed by 1.1 us; a tie with compile), T=3 3.55 /
+  3.65, T=1000 22.81 / 22.98 (ties), T=8, 64, 16384 faster beyond noise. Not promoted.
+  The 4-warp config folds its reductions again (FOLD, as at 73ee016); not yet run on a GPU.
 
 Numerics: identical to row_per_program.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
@@ -35,10 +42,10 @@ sum of squares (FP64 accumulation of the exact FP32 squares of BF16 values: orde
 correctly rounded), a and b rounded from double to FP32 like torch's scalar, libdevice rsqrt on
 the GPU (tl.rsqrt under the interpreter, which has no libdevice).
 
-Launch: grid = min(T, PROGRAMS_PER_SM x #SMs); (PROGRAMS_PER_SM, num_warps) autotuned per
-(D, T bucket). Registers per program hold the weights, the current row and the prefetched one
-(as BF16), so fewer programs fit per SM than for the row kernel: the autotuner weighs that
-against the saved weight traffic.
+Launch: grid = min(T, PROGRAMS_PER_SM x #SMs); (PROGRAMS_PER_SM, num_warps, FOLD) autotuned per
+(D, T bucket), decode-size buckets timed as CUDA-graph replays (_time_config). Registers per
+program hold the weights, the current row and the prefetched one (as BF16), so fewer programs
+fit per SM than for the row kernel: the autotuner weighs that against the saved weight traffic.
 
 Shape legend: T tokens, D hidden.
 """
@@ -85,12 +92,13 @@ _CPU_SMS = 2
 
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
-        return [triton.Config({"PROGRAMS_PER_SM": 1}, num_warps=4)]
+        return [triton.Config({"PROGRAMS_PER_SM": 1, "FOLD": True}, num_warps=4)]  # tests also run FOLD=False
     # Registers per thread at D = 5120 (`harness inspect`, T=16384): 4 warps 243, 8: 158, 16: 100. Only the
     # 4-warp program fits twice in an SM's 64K registers; a program that is not resident at once
     # would run its rows late, so no config asks for more programs per SM than fit.
+    # The fold of _mean_of_squares only at 4 warps, where its layouts meet without shared memory.
     shapes = ((1, 8), (1, 16), (2, 4))
-    return [triton.Config({"PROGRAMS_PER_SM": p}, num_warps=w) for p, w in shapes]
+    return [triton.Config({"PROGRAMS_PER_SM": p, "FOLD": w == 4}, num_warps=w) for p, w in shapes]
 
 
 def _prune(configs, named_args, **kwargs):
@@ -140,17 +148,26 @@ def _row_split(D: int) -> tuple[int, int, bool]:
 
 
 @triton.jit
-def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr):
+def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr, FOLD: tl.constexpr):
     """mean(x^2) over the row, FP32, from the EXACT sum: x holds BF16 values, whose squares are exact
     in FP32 and whose sum of a few thousand is exact in FP64, so the result is the correctly rounded
-    mean, whatever the summation order (warps, configs, devices). Head and tail are reduced to a
-    scalar each: folding the head onto the tail's columns first made Triton move the [WIDTH] FP64
-    partials between their two layouts through shared memory (16 KB and 19 barriers per program
-    at 8 warps, by `harness inspect`; 8 and 16 warps ran 3.7x and 7x slower than 4 on the
-    H200). Reduced separately: 128 bytes of shared memory at any warp count."""
-    total = tl.sum(tl.sum((head * head).to(tl.float64), axis=1), axis=0)
-    if HAS_TAIL:
-        total += tl.sum((tail * tail).to(tl.float64), axis=0)
+    mean, whatever the summation order (warps, configs, devices). Two orders, chosen per config:
+    FOLD: the head's rows fold onto the tail's columns first, so the row costs one block-wide
+    reduction: at 4 warps, 32 bytes of shared memory and 6 barriers per program (`harness inspect`);
+    on the H200 T = 1 took 3.13 us folded (commit 73ee016) and 3.41 us reduced apart (8769800).
+    Not FOLD: head and tail are reduced to a scalar each. At 8 and 16 warps the fold made Triton
+    move the [WIDTH] FP64 partials between their two layouts through shared memory (16 KB and 19
+    barriers per program at 8 warps, by an offline sm_90 compile), and those configs ran 3.7x and
+    7x slower than 4 warps; reduced apart they need 128 bytes of shared memory."""
+    if FOLD:
+        partial = tl.sum((head * head).to(tl.float64), axis=0)
+        if HAS_TAIL:
+            partial += (tail * tail).to(tl.float64)
+        total = tl.sum(partial, axis=0)
+    else:
+        total = tl.sum(tl.sum((head * head).to(tl.float64), axis=1), axis=0)
+        if HAS_TAIL:
+            total += tl.sum((tail * tail).to(tl.float64), axis=0)
     return (total / N_COLS).to(tl.float32)
 
 
@@ -196,6 +213,7 @@ def _fuse_norm_persistent_kernel(
     WIDTH: tl.constexpr,
     HAS_TAIL: tl.constexpr,
     PROGRAMS_PER_SM: tl.constexpr,  # read by the launcher's grid
+    FOLD: tl.constexpr,  # how a row's sum of squares is reduced (_mean_of_squares)
 ):
     head_cols = tl.arange(0, HEAD_ROWS)[:, None] * WIDTH + tl.arange(0, WIDTH)[None, :]
     tail_cols = HEAD_ROWS * WIDTH + tl.arange(0, WIDTH)
@@ -233,7 +251,7 @@ def _fuse_norm_persistent_kernel(
         # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1); masked lanes are 0.
         y_head32 = y_head.to(tl.float32)
         y_tail32 = y_tail.to(tl.float32)
-        inv_rms_y = _rsqrt(_mean_of_squares(y_head32, y_tail32, N_COLS, HAS_TAIL) + eps)
+        inv_rms_y = _rsqrt(_mean_of_squares(y_head32, y_tail32, N_COLS, HAS_TAIL, FOLD) + eps)
         post_head = (y_head32 * inv_rms_y * post_w_head).to(tl.bfloat16)
         # Depth-scaled residual: h*a and post*b each rounded to FP32, then the add (rounding point 2).
         h_new_head = (h_head.to(tl.float32) * coef_h + post_head.to(tl.float32) * coef_post).to(tl.bfloat16)
@@ -247,7 +265,7 @@ def _fuse_norm_persistent_kernel(
         # Pre-norm of sublayer k+1 on the rounded stream (rounding point 3).
         h_new_head32 = h_new_head.to(tl.float32)
         h_new_tail32 = h_new_tail.to(tl.float32)
-        inv_rms_h = _rsqrt(_mean_of_squares(h_new_head32, h_new_tail32, N_COLS, HAS_TAIL) + eps)
+        inv_rms_h = _rsqrt(_mean_of_squares(h_new_head32, h_new_tail32, N_COLS, HAS_TAIL, FOLD) + eps)
         tl.store(x_out_ptr + out_offset + head_cols, (h_new_head32 * inv_rms_h * pre_w_head).to(tl.bfloat16))
         if HAS_TAIL:
             x_tail = (h_new_tail32 * inv_rms_h * pre_w_tail).to(tl.bfloat16)

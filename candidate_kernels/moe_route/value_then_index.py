@@ -14,6 +14,9 @@ Floor (bytes / 4275 GB/s, bytes = T*E*4 + E*4 + T*k*12, E = 256, k = 8):
 Measured on the H200 (second session, commit 2a30055; results/README.md): p50 T=1 4.79 us, T=3 3.86, T=8 3.90,
   T=64 4.91, T=1000 63.8, T=16384 80.4 us; torch.compile 35.0 / 36.6 / 37.7 / 40.9 / 221 / 638 us.
   Goals met at T=64 (<= 5); missed at T=1 (by 0.8 us) and T=16384 (by 40 us, as packed_keys).
+Fourth session (commit 0133681, GPU held during event windows): T=1 4.05 us, T=3 3.92, T=8 5.07,
+  T=64 4.16, T=1000 14.82, T=16384 38.91 us (goal <= 40 met; packed_keys 48.95); beats every
+  baseline beyond noise on every shape, but packed_keys (faster at T <= 64) was promoted.
 
 Sibling of packed_keys.py (same kernel, same numerics), with the selection on 32-bit values: each
 top-k step is an FP32 max over the row, then a min over the ids that hold it (ties: lowest id),
