@@ -19,9 +19,10 @@
 Compiled kernels are kept between runs under `cache_dir`: each candidate's Triton cache (by content
 hash: only that candidate's children write it), the baselines child's per task
 (`triton/baselines-<task>`, copied into every benchmark child for its torch.compile peers), and
-Inductor's and flashinfer's, used in place by the trusted child only. Within a run, the baselines
-child also saves torch.compile's compile artifacts (PEER_ARTIFACTS), and each benchmark child
-loads a copy before it compiles its peers: it traces each graph again but does not lower it again.
+Inductor's and flashinfer's, used in place by the trusted child only. The baselines child also
+saves torch.compile's compile artifacts (PEER_ARTIFACTS, kept as `peers/<task>.bin`), and each
+benchmark child loads a copy before it compiles its peers: it traces each graph again but does not
+lower it again.
 
 This module is where the failures of candidates become data: a child's exit, report and saved
 outputs become a Status with its detail. A failure of the harness itself (a trusted child that
@@ -259,9 +260,12 @@ class _Evaluation:
         run = sandbox.run_child(job, request, timeout_s, self.device, self.threads, self.settings.cuda_devices)
         ended = "timed out" if run.timed_out else "ended"
         self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s{_compile_note(mode, run)}")
-        if mode == "baselines":
-            saved = job.scratch / PEER_ARTIFACTS
-            self.peer_artifacts = saved if saved.is_file() and saved.stat().st_size else None
+        if mode == "baselines":  # kept for later runs too, in case a warm cache leaves nothing to save
+            saved, kept = job.scratch / PEER_ARTIFACTS, self.cache_dir / "peers" / f"{self.task.name}.bin"
+            if saved.is_file() and saved.stat().st_size:
+                kept.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(saved, kept)
+            self.peer_artifacts = kept if kept.is_file() else None
         # Parity children share the GPU (self.jobs at a time): their autotuning choices are not kept.
         sandbox.persist_triton_cache(job, triton_cache, autotuning=mode != "parity")
         return run, job

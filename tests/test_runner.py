@@ -703,7 +703,13 @@ def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifact
     _, job = ev._spawn("bench-x", "bench", ev.units[0], ["reference", "torch_compile"], labels, 5.0)
     copy = Path(requests[1]["peer_artifacts"])
     assert copy.parent == job.job_dir and copy.stat().st_mode & 0o777 == 0o644  # outside the child's scratch
+    assert (tmp_path / "cache" / "peers" / "fuse_norm.bin").read_bytes() == b"compiled peers"  # for later runs
     assert "saved 0.0 MB of torch.compile artifacts" in lines[0]
     assert lines[1].endswith(
         "(7.5 s of it compiling and warming the peers, from the baselines child's compile artifacts)"
     )
+    # A later run whose baselines child had nothing to save (all loaded from a warm cache) still has them.
+    monkeypatch.setattr(sandbox, "run_child", lambda *args, **kwargs: sandbox.ChildRun(0, False, 1.0, [], ""))
+    later = runner._Evaluation(task, [cand], settings, echo=lines.append)
+    later._spawn("baselines", "baselines", None, ["reference", "torch_compile"], labels, 5.0)
+    assert later.peer_artifacts == tmp_path / "cache" / "peers" / "fuse_norm.bin"
