@@ -67,6 +67,7 @@ from tasks.task import Shape, Task
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "beam-harness"
 BENCH_SEED = 1000  # input sets of the benchmark: seeds 1000, 1001, ...
+MIN_BENCH_S = 30.0  # a benchmark child needs about this much to warm its peers and time anything
 # The trusted baselines child writes torch.compile's compile artifacts here (its scratch); each
 # benchmark child gets a copy in its job directory (harness/child.py load_compile_artifacts).
 PEER_ARTIFACTS = "peer-compile-artifacts.bin"
@@ -92,6 +93,9 @@ class EvaluationSettings:
     jobs: int = 0  # parity children in parallel; 0: one per CPU core (CPU), 2 (GPU)
     parity_timeout_s: float = 600.0  # per parity child (all its shapes and seeds)
     bench_timeout_s: float = 600.0  # per benchmark child
+    # Parity and baselines always finish (a cut there would read as the candidate's hang); a benchmark
+    # child gets what is left, or is skipped and its candidate recorded untimed, saying why.
+    budget_s: float = 0.0  # wall-time budget of the run, bounding its benchmark phase (0: none)
     benchmark: bool = True  # time on the GPU (never on CPU)
     baselines: bool = True  # evaluate torch.compile and library baselines beside the candidates (GPU)
     promote: bool = True  # write the promotion decision
@@ -115,6 +119,8 @@ class EvaluationSettings:
             problems.append(f"seeds must be distinct; got {list(self.seeds)}")
         if self.jobs < 0:
             problems.append(f"jobs must be >= 0 (0: automatic); got {self.jobs}")
+        if self.budget_s < 0:
+            problems.append(f"budget_s must be >= 0 (0: no budget); got {self.budget_s}")
         if self.parity_timeout_s <= 0 or self.bench_timeout_s <= 0 or self.settle_s < 0:
             problems.append(f"timeouts must be > 0 and settle_s >= 0; got parity_timeout_s={self.parity_timeout_s}, "
                             f"bench_timeout_s={self.bench_timeout_s}, settle_s={self.settle_s}")  # fmt: skip
@@ -188,6 +194,7 @@ class _Unit:
     baseline_notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it has no timing
     shape_notes: dict[str, dict[str, str]] = field(default_factory=dict)  # shape -> the same, for that shape
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)  # its bench child's autotuning choices
+    bench_skipped: str | None = None  # why its benchmark child never ran (the run's budget)
 
 
 class _Evaluation:
@@ -216,6 +223,7 @@ class _Evaluation:
         self.root = Path(tempfile.mkdtemp(prefix=f"beam-harness-{task.name}-"))
         os.chmod(self.root, 0o711)
         self.peer_artifacts: Path | None = None  # the baselines child's torch.compile artifacts, once written
+        self.started = time.monotonic()  # the run's budget counts from here
 
     # -- children --
     def _request(self, job: sandbox.Job, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str],
@@ -308,14 +316,24 @@ class _Evaluation:
 
     def run_bench_children(self, bar: tqdm) -> None:
         names = ["reference", "torch_compile", *self.task.baselines] if self.settings.baselines else ["reference"]
+        budget = self.settings.budget_s
         for unit in [u for u in self.units if u.kind == "candidate"]:
             shapes = [s.label for s in self.shapes if unit.status.get(s.label, (None,))[0] is Status.PASSED]
-            if not shapes:
+            left = budget - (time.monotonic() - self.started) if budget else math.inf
+            if shapes and left < MIN_BENCH_S:
+                unit.bench_skipped = (
+                    f"skipped: the run's budget of {budget:g} s was spent before its benchmark child could start "
+                    f"({max(left, 0.0):.0f} s left, {MIN_BENCH_S:g} s needed)"
+                )
+                self.echo(f"{self.task.name}: {unit.name}: benchmark {unit.bench_skipped}")
+            if not shapes or unit.bench_skipped:
                 bar.update(1)
                 continue
-            run, unit.job = self._spawn(f"bench-{unit.candidate.short_hash}", "bench", unit, names,
-                                        shapes, self.settings.bench_timeout_s)  # fmt: skip
+            limit = min(self.settings.bench_timeout_s, left)
+            run, unit.job = self._spawn(f"bench-{unit.candidate.short_hash}", "bench", unit, names, shapes, limit)
             bar.update(1)
+            if run.timed_out and limit < self.settings.bench_timeout_s:
+                unit.baseline_notes["benchmark child"] = f"stopped at the end of the run's budget ({budget:g} s)"
             self._read_bench(unit, run, shapes)
 
     # -- reading what children reported --
@@ -512,6 +530,8 @@ class _Evaluation:
             skipped = f"not timed: {status.value}"
         elif timing_skipped is not None:
             skipped = timing_skipped
+        elif unit.bench_skipped is not None:
+            skipped = unit.bench_skipped
         elif result is None or not isinstance(result.get("self"), dict):
             skipped = f"timing failed: {result.get('self') if result else 'no timing reported'}"
         else:

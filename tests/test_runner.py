@@ -713,3 +713,44 @@ def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifact
     later = runner._Evaluation(task, [cand], settings, echo=lines.append)
     later._spawn("baselines", "baselines", None, ["reference", "torch_compile"], labels, 5.0)
     assert later.peer_artifacts == tmp_path / "cache" / "peers" / "fuse_norm.bin"
+
+
+def test_a_spent_budget_skips_the_benchmark_children_and_records_why(tmp_path, monkeypatch):
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
+    limits = []
+
+    def fake_run_child(job, request, timeout_s, device, threads, cuda_devices=None):
+        limits.append(timeout_s)
+        return sandbox.ChildRun(None, True, timeout_s, [], "")  # ran into its limit
+
+    monkeypatch.setattr(sandbox, "run_child", fake_run_child)
+    for budget, clock in ((100.0, 80.0), (100.0, 40.0)):  # 20 s left: skipped; 60 s left: capped at 60
+        settings = runner.EvaluationSettings(device="cpu", budget_s=budget, results_dir=str(tmp_path))
+        ev = runner._Evaluation(task, [cand], settings, echo=lambda _: None)
+        ev.device, ev.on_gpu, ev.shapes = "cuda", True, list(task.shapes[:2])
+        for s in ev.shapes:
+            ev.units[0].status[s.label] = (Status.PASSED, "")
+            ev.units[0].verdicts[s.label] = [
+                parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})
+            ]
+        ev.started -= clock
+        ev.run_bench_children(runner.tqdm(disable=True))
+        record = ev.records({}, None)[0]
+        assert record.status is Status.PASSED and record.timing is None
+        if clock == 80.0:
+            assert not limits and "budget of 100 s was spent" in record.timing_skipped, record.timing_skipped
+        else:
+            assert limits and 55.0 < limits[0] <= 60.0
+            assert "timed out" in record.timing_skipped
+            assert "end of the run's budget (100 s)" in record.baseline_notes["benchmark child"]
+
+
+def test_a_negative_budget_is_bad_input():
+    from harness import runner
+
+    with pytest.raises(runner.UsageError, match=r"budget_s must be >= 0 \(0: no budget\); got -1"):
+        runner.EvaluationSettings(budget_s=-1)
