@@ -575,8 +575,11 @@ def _compile_note(mode: str, run: sandbox.ChildRun) -> str:
     'isolation' event compiling and warming the peers (harness/child.py)."""
     event = next((e for e in run.events if e.get("event") == "peer_artifacts"), None)
     if mode == "baselines" and event is not None:
-        return (f" (torch.compile artifacts not saved: {event['problem']})" if event.get("problem")
-                else f" (saved {event.get('saved_bytes', 0) / 1e6:.1f} MB of torch.compile artifacts)")  # fmt: skip
+        n = event.get("saved_bytes") or 0
+        if event.get("problem") or not n:
+            return f" (no torch.compile artifacts saved: {event.get('problem') or 'nothing was compiled'})"
+        size = f"{n / 1e6:.1f} MB" if n >= 1e5 else f"{n} bytes"
+        return f" (saved {size} of torch.compile artifacts)"
     warmed = next((e["t"] for e in run.events if e.get("event") == "isolation"), None)
     if mode != "bench" or not isinstance(warmed, (int, float)):
         return ""
