@@ -110,8 +110,8 @@ def _prune(configs, named_args, **kwargs):
 
 # How the autotuner times a config. Few rows: as a CUDA-graph replay, the way a decode step runs it
 # and the harness times it. Triton's default (an event pair around each launch) counts the launch
-# there: on the H200 it ranked 16 and 8 warps first at T = 1, 3 and 64 (third session), where
-# 4 warps replay 0.3-0.5 us faster (3.13 against 3.63 us at T = 1). Many rows: the default.
+# there: on the H200 it ranked 16 and 8 warps first at T = 1, 3 and 64 (fourth session), where
+# 4 warps replay faster (T = 1: 3.63 us at 16 warps, 3.41 at 4 timed this way). Many rows: the default.
 _GRAPH_TIMED_ROWS = 64
 _tuning_rows = [0]  # the rows bucket of the launch being tuned (set by the launcher)
 
