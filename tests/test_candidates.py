@@ -1,10 +1,15 @@
 """Every committed candidate passes parity through the harness on the CPU shapes (Triton interpreter).
 
 One runner call per task evaluates every file under candidate_kernels/<task>/, sandboxed, over two
-seeds; a candidate that breaks the file contract fails here as bad input.
+seeds; a candidate that breaks the file contract fails here as bad input. Then every config its
+GPU autotuners may choose is forced in turn, here, on the same shapes.
 """
 
 from __future__ import annotations
+
+import functools
+import json
+import os
 
 import pytest
 
@@ -36,59 +41,86 @@ def test_every_candidate_passes_parity(task_name, tmp_path):
     assert len(result.records) == len(found) * len(task.cpu_shapes)
 
 
-def _load_candidate(task_name: str, stem: str):
-    import importlib.util
+# ---- every config a GPU autotuner may pick, forced one at a time on the interpreter ---------------------
+# On the GPU the harness checks only the configs the autotuners chose there; the interpreter runs
+# the one each candidate names for it. A config the autotuner never chose in a session is still one
+# it may choose on another shape or machine, so each must compute the task's function too.
+LIST_GPU_CONFIGS = """
+import importlib.util, json, sys
+import triton
+spec = importlib.util.spec_from_file_location("listed", sys.argv[1])
+module = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(module)
+print(json.dumps({name: [c.kwargs for c in obj.configs] for name, obj in vars(module).items()
+                  if isinstance(obj, triton.runtime.Autotuner)}))
+"""
+
+
+def _gpu_configs(path) -> dict[str, list[dict]]:
+    """{kernel name: [constexpr kwargs of each config]} as the module declares them on a GPU (imported
+    without the interpreter: the candidates choose their configs at import)."""
+    import json
+    import subprocess
+    import sys
 
     from harness.environment import REPO_ROOT
 
-    path = REPO_ROOT / "candidate_kernels" / task_name / f"{stem}.py"
-    spec = importlib.util.spec_from_file_location(f"{stem}_under_test", path)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    done = subprocess.run([sys.executable, "-c", LIST_GPU_CONFIGS, str(path)], env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _load_candidate(path):
+    """The candidate module, imported here (on the interpreter)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def _outputs_under_each_setting(module, kernel, key: str, task_name: str) -> list[tuple]:
-    """The launcher's outputs on every CPU shape with the interpreter's config as is, and with `key`
-    (a boolean config parameter) flipped: pairs (as shipped, flipped)."""
+AUTOTUNED = [(name, c.path) for name in WITH_CANDIDATES for c in candidates.discover(name, TASKS[name].op_name)]
+
+
+@pytest.mark.parametrize(("task_name", "path"), AUTOTUNED, ids=[f"{t}/{p.stem}" for t, p in AUTOTUNED])
+def test_every_gpu_config_computes_the_task_function(task_name, path):
+    """Each distinct set of constexpr parameters among a kernel's GPU configs, forced alone (warps
+    and register caps mean nothing to the interpreter), passes parity on every CPU shape."""
     import torch
     import triton
 
-    task, shipped = TASKS[task_name], kernel.configs
-    assert [c.kwargs[key] for c in shipped] == [True]
-    flipped = [triton.Config({**c.kwargs, key: False}, num_warps=c.num_warps) for c in shipped]
-    pairs = []
-    for shape in task.cpu_shapes:
-        inputs = task.make_inputs(shape, 1, torch.device("cpu"))
-        try:
-            kernel.configs = flipped
-            other = getattr(module, task.op_name)(**inputs)
-        finally:
-            kernel.configs = shipped
-        pairs.append((getattr(module, task.op_name)(**inputs), other, shape.label))
-    return pairs
+    from harness import interpreter_patches, parity
 
-
-def test_moe_route_either_selection_selects_the_same_way_by_keys_and_by_values():
-    """Its two selections (PACKED per config on the GPU; the interpreter runs PACKED=True): the same
-    experts in the same order and bit-identical weights on every CPU shape."""
-    import torch
-
-    module = _load_candidate("moe_route", "either_selection")
-    for (w_keys, ids_keys), (w_values, ids_values), label in _outputs_under_each_setting(
-        module, module._moe_route_kernel, "PACKED", "moe_route"
-    ):
-        assert torch.equal(ids_keys, ids_values) and torch.equal(w_keys, w_values), label
-
-
-def test_fuse_norm_persistent_prefetch_reduces_a_row_the_same_either_way():
-    """Its two reduction orders (FOLD: per config on the GPU, the interpreter runs FOLD=True) sum
-    the same exact squares: outputs bit-identical on every CPU shape, with and without a tail."""
-    import torch
-
-    module = _load_candidate("fuse_norm", "persistent_prefetch")
-    for folded, apart, label in _outputs_under_each_setting(
-        module, module._fuse_norm_persistent_kernel, "FOLD", "fuse_norm"
-    ):
-        for a, b in zip(folded, apart, strict=True):
-            assert torch.equal(a, b), label
+    gpu = _gpu_configs(path)
+    module = _load_candidate(path)
+    assert gpu, f"{path.name}: no autotuned kernel on the GPU"
+    interpreter_patches.apply()
+    task, failures, checked = TASKS[task_name], [], 0
+    for name in gpu:
+        kernel = getattr(module, name)
+        distinct = list({json.dumps(kw, sort_keys=True): kw for kw in gpu[name]}.values())
+        for kwargs in distinct:
+            if isinstance(kernel, triton.runtime.Autotuner):  # its one interpreter config, replaced
+                shipped, kernel.configs = kernel.configs, [triton.Config(kwargs)]
+                restore = functools.partial(setattr, kernel, "configs", shipped)
+            else:  # a launcher that passes the interpreter's config itself (router_gemm: _interpreter_config)
+                shipped = module._interpreter_config
+                module._interpreter_config = lambda *_, kw=kwargs: dict(kw)
+                restore = functools.partial(setattr, module, "_interpreter_config", shipped)
+            try:
+                for shape in task.cpu_shapes:
+                    inputs = task.make_inputs(shape, 1, torch.device("cpu"))
+                    mine = parity.clone_inputs(inputs)
+                    got = parity.output_tensors(task, getattr(module, task.op_name)(**mine), mine)
+                    refs = parity.admissible_references(task, inputs, emulate_truncation=False)
+                    verdict = parity.judge(task, got, refs, parity.fp64_evaluation(task, inputs))
+                    if not verdict.passed:
+                        failures.append(f"{name} {kwargs} on {shape.label}: {verdict.reason}")
+                checked += 1
+            finally:
+                restore()
+    assert checked and not failures, "\n".join(failures)

@@ -92,7 +92,7 @@ _CPU_SMS = 2
 
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
-        return [triton.Config({"PROGRAMS_PER_SM": 1, "FOLD": True}, num_warps=4)]  # tests also run FOLD=False
+        return [triton.Config({"PROGRAMS_PER_SM": 1, "FOLD": True}, num_warps=4)]  # CI forces the GPU configs too
     # Registers per thread at D = 5120 (`harness inspect`, T=16384): 4 warps 242, 8: 158, 16: 100. Only the
     # 4-warp program fits twice in an SM's 64K registers; a program that is not resident at once
     # would run its rows late, so no config asks for more programs per SM than fit. Two capped
