@@ -101,7 +101,7 @@ class EvaluationSettings:
     promote: bool = True  # write the promotion decision
     settle_s: float = 0.05  # wait after each call before re-reading outputs (async work check)
     results_dir: str | None = None  # default: <repo>/results
-    cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, flashinfer)
+    cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, peers, flashinfer)
     keep_scratch: bool = False  # keep the children's job directories (their logs) after the run
     progress: bool = True  # progress bar on the terminal
     # CUDA_VISIBLE_DEVICES for this evaluation's children, e.g. "1" or "0,1" (None: inherit the parent's).
