@@ -8,7 +8,10 @@ seeds, runs the reference and the FP64 evaluation, and compares (harness/parity.
 Modes:
   parity  import the implementation (a candidate: after the audit hook), then for every shape and
           seed: fresh inputs, poisoned allocator, one call under the cheat checks, outputs saved.
-          The reference never runs here, so no stale reference output exists to be found.
+          The reference never runs here, so no stale reference output exists to be found. Then
+          the same again for each config in force_configs, alone in its kernel's autotuner.
+  configs import the candidate without the interpreter and report every config its Triton
+          autotuners may choose on a GPU (the parent forces them in the parity child).
   bench   (GPU) warm the baselines (reference, torch.compile of it, library kernels; their outputs
           are saved for parity when the child is the trusted baseline child), then import the
           candidate if any, measure the roofline ceilings and time everything interleaved
@@ -352,6 +355,51 @@ def autotuned_choices(module: Any) -> dict[str, dict[str, str]]:
     }
 
 
+def autotuned_configs(module: Any) -> dict[str, list[dict[str, Any]]]:
+    """Every config each Triton autotuner of the module may choose: {kernel: [config, ...]}, a config
+    as {"kwargs", "num_warps", "num_stages", "maxnreg"} (JSON, for the parent)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        return {}
+    return {
+        name: [{"kwargs": dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
+                "maxnreg": getattr(c, "maxnreg", None)} for c in obj.configs]
+        for name, obj in vars(module).items()
+        if isinstance(obj, Autotuner)
+    }  # fmt: skip
+
+
+def forced_configs_loop(torch, request, task, launcher, report, monitor, guard) -> None:
+    """The parity loop again for each config in request["force_configs"], that config alone in its
+    kernel's autotuner (impl "candidate@<i>"); the autotuner's own configs come back after each."""
+    import triton
+    from triton.runtime.autotuner import Autotuner
+
+    module = sys.modules[launcher.__module__]
+    for i, forced in enumerate(request.get("force_configs") or []):
+        kernel = getattr(module, forced["kernel"], None)
+        if not isinstance(kernel, Autotuner):
+            report.emit("config_not_forced", index=i, reason=f"{forced['kernel']} is not a Triton autotuner here")
+            continue
+        config = forced["config"]
+        shipped = kernel.configs
+        kernel.configs = [triton.Config(config["kwargs"], num_warps=config["num_warps"],
+                                        num_stages=config["num_stages"], maxnreg=config["maxnreg"])]  # fmt: skip
+        # One seed: a config is a question of arithmetic, which every shape asks; the seeds' cheat
+        # checks ran on the candidate's own config above, as did the fallback watch, which traces
+        # every Python call (the interpreter makes some per Triton op: minutes per config). Outputs
+        # are kept alive per config only: every config's at once could fill a GPU.
+        one_seed = {**request, "seeds": request["seeds"][:1]}
+        try:
+            parity_loop(torch, one_seed, task, launcher, f"candidate@{i}", report, monitor, guard, [],
+                        watch_fallback=False)  # fmt: skip
+        finally:
+            kernel.configs = shipped
+        if request["device"] == "cuda":
+            torch.cuda.empty_cache()
+
+
 # ---- setup ---------------------------------------------------------------------------------------------
 def import_candidate(path: str, expected_hash: str, op_name: str):
     source = Path(path).read_bytes()
@@ -533,6 +581,9 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         parity_loop(
             torch, request, task, launcher, "candidate", report, monitor, guard, keep_alive, watch_fallback=True
         )
+        forced_configs_loop(torch, request, task, launcher, report, monitor, guard)
+    elif mode == "configs":  # imported without the interpreter: the configs a GPU autotuner may choose
+        report.emit("configs", kernels=autotuned_configs(sys.modules[launcher.__module__]))
     else:
         bench_loop(torch, request, task, {"candidate": launcher, **impls}, report, skip)
         report.emit("bench_checks", cheats=changed_identities(guard, task_module))

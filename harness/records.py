@@ -149,6 +149,10 @@ class EvaluationRecord:
     # Triton autotuners of the candidate -> {autotuning key: chosen config}, as its benchmark child
     # (alone on the GPU) chose them; the configs that were timed above.
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Parity of every config its GPU autotuners may choose, each forced alone (`configs=all`): how
+    # many were checked on this shape, and why any were not (a kernel not autotuned on the interpreter).
+    configs_checked: int = 0
+    configs_unchecked: list[str] = field(default_factory=list)
     log_tail: str = ""
     record_id: str = field(default_factory=new_id)
     created_utc: str = field(default_factory=now_utc)

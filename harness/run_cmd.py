@@ -101,7 +101,9 @@ def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote
     if r.kind != "candidate":
         return "baseline"
     if r.timing is None:
-        return f"parity ok; {r.timing_skipped}" if r.device == "cuda" else "parity ok (timing skipped: no GPU)"
+        forced = f", {r.configs_checked} forced configs too" if r.configs_checked else ""
+        forced += f", {len(r.configs_unchecked)} configs unchecked" if r.configs_unchecked else ""
+        return f"parity ok{forced}" + (f"; {r.timing_skipped}" if r.device == "cuda" else " (timing skipped: no GPU)")
     if r.suspicious:
         return "SUSPICIOUS: faster than the roofline floor"
     slower = [b for b, t in r.baselines_us.items() if not r.timing.p80_us < t["p20_us"]]

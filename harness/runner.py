@@ -3,7 +3,10 @@
     result = runner.evaluate(task, candidates, EvaluationSettings(...))   # -> RunResult
 
 1. Parity: each candidate runs in its own sandboxed child (harness/child.py), in parallel, on
-   every shape and seed; the child saves outputs and reports what its checks saw.
+   every shape and seed; the child saves outputs and reports what its checks saw. With
+   `configs=all` (the default on the interpreter) a first child lists every config the candidate's
+   GPU autotuners may choose, and the parity child then runs each alone on one seed: a candidate
+   passes a shape only if every one of them does.
 2. Baselines (GPU): one trusted child (no candidate code) runs torch.compile of the reference and
    the task's library kernels on the same seeds, then times reference, torch.compile and
    libraries interleaved: the history of the baselines, and their own parity.
@@ -33,6 +36,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import math
 import os
 import shutil
@@ -67,6 +71,7 @@ from tasks.task import Shape, Task
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "beam-harness"
 BENCH_SEED = 1000  # input sets of the benchmark: seeds 1000, 1001, ...
+CONFIGS_TIMEOUT_S = 120.0  # for the child that lists a candidate's autotuner configs (an import, no kernel)
 MIN_BENCH_S = 30.0  # a benchmark child needs about this much to warm its peers and time anything
 # The trusted baselines child writes torch.compile's compile artifacts here (its scratch); each
 # benchmark child gets a copy in its job directory (harness/child.py load_compile_artifacts).
@@ -96,6 +101,10 @@ class EvaluationSettings:
     # Parity and baselines always finish (a cut there would read as the candidate's hang); a benchmark
     # child gets what is left, or is skipped and its candidate recorded untimed, saying why.
     budget_s: float = 0.0  # wall-time budget of the run, bounding its benchmark phase (0: none)
+    # "chosen": the configs the candidate's autotuners pick in this run; "all": also every config a
+    # GPU autotuner of it may choose, each forced alone on one seed (one picked on another machine
+    # or shape must compute the same function too); "auto": all on the interpreter, chosen on a GPU.
+    configs: str = "auto"  # which autotuner configs parity checks: auto, chosen or all
     benchmark: bool = True  # time on the GPU (never on CPU)
     baselines: bool = True  # evaluate torch.compile and library baselines beside the candidates (GPU)
     promote: bool = True  # write the promotion decision
@@ -119,6 +128,8 @@ class EvaluationSettings:
             problems.append(f"seeds must be distinct; got {list(self.seeds)}")
         if self.jobs < 0:
             problems.append(f"jobs must be >= 0 (0: automatic); got {self.jobs}")
+        if self.configs not in ("auto", "chosen", "all"):
+            problems.append(f"configs must be auto, chosen or all; got {self.configs!r}")
         if self.budget_s < 0:
             problems.append(f"budget_s must be >= 0 (0: no budget); got {self.budget_s}")
         if self.parity_timeout_s <= 0 or self.bench_timeout_s <= 0 or self.settle_s < 0:
@@ -195,6 +206,10 @@ class _Unit:
     shape_notes: dict[str, dict[str, str]] = field(default_factory=dict)  # shape -> the same, for that shape
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)  # its bench child's autotuning choices
     bench_skipped: str | None = None  # why its benchmark child never ran (the run's budget)
+    seeds: tuple[int, ...] | None = None  # the seeds its child ran (None: the run's)
+    forced: list[str] = field(default_factory=list)  # the configs forced in its parity child, described
+    config_units: list[tuple[str, _Unit]] = field(default_factory=list)  # (config, its calls), judged like it
+    configs_unchecked: list[str] = field(default_factory=list)  # why a listed config was not forced
 
 
 class _Evaluation:
@@ -248,14 +263,16 @@ class _Evaluation:
         return {"TORCHINDUCTOR_CACHE_DIR": self.cache_dir / "inductor",
                 "FLASHINFER_WORKSPACE_BASE": self.cache_dir / "flashinfer"}  # fmt: skip
 
-    def _spawn(self, name: str, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str],
-               timeout_s: float) -> tuple[sandbox.ChildRun, sandbox.Job]:  # fmt: skip
+    def _spawn(
+        self, name: str, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str], timeout_s: float,
+        extra: dict[str, Any] | None = None,
+    ) -> tuple[sandbox.ChildRun, sandbox.Job]:  # fmt: skip
         isolate = unit is not None
         baselines_cache = self.cache_dir / "triton" / f"baselines-{self.task.name}"
         triton_cache = self.cache_dir / "triton" / unit.candidate.content_hash if unit is not None else baselines_cache
         job = sandbox.prepare_job(self.root, name, isolate, unit.candidate.path if unit else None, triton_cache,
                                   self._shared_caches() if mode != "parity" else {})  # fmt: skip
-        request = self._request(job, mode, unit, baselines, shapes, isolate)
+        request = {**self._request(job, mode, unit, baselines, shapes, isolate), **(extra or {})}
         if mode == "baselines":
             request["peer_artifacts"] = str(job.scratch / PEER_ARTIFACTS)
         if mode == "bench":
@@ -278,18 +295,56 @@ class _Evaluation:
         sandbox.persist_triton_cache(job, triton_cache, autotuning=mode != "parity")
         return run, job
 
+    @property
+    def all_configs(self) -> bool:
+        return self.settings.configs == "all" or (self.settings.configs == "auto" and not self.on_gpu)
+
     def run_parity_children(self, bar: tqdm) -> None:
         labels = [s.label for s in self.shapes]
 
         def one(unit: _Unit) -> None:
-            unit.run, unit.job = self._spawn(f"parity-{unit.candidate.short_hash}", "parity", unit, [],
-                                             labels, self.settings.parity_timeout_s)  # fmt: skip
+            # A file that never names triton has no Triton autotuner: no child to list them.
+            uses_triton = b"triton" in unit.candidate.path.read_bytes()
+            forced = self._list_configs(unit) if self.all_configs and uses_triton else []
+            unit.forced = [_describe_config(f) for f in forced]
+            unit.run, unit.job = self._spawn(f"parity-{unit.candidate.short_hash}", "parity", unit, [], labels,
+                                             self.settings.parity_timeout_s, {"force_configs": forced})  # fmt: skip
             bar.update(1)
 
         with ThreadPoolExecutor(max_workers=self.jobs) as pool:
             list(pool.map(one, self.units))
         for unit in self.units:
             self._read_events(unit, self.settings.parity_timeout_s)
+            not_forced = {e["index"]: e["reason"] for e in unit.run.events if e["event"] == "config_not_forced"}
+            unit.configs_unchecked = [f"{unit.forced[i]}: {why}" for i, why in sorted(not_forced.items())]
+            for i, described in enumerate(unit.forced):
+                if i in not_forced:
+                    continue
+                config_unit = _Unit(f"{unit.name}@{i}", "candidate", unit.candidate, unit.run, unit.job,
+                                    child_impl=f"candidate@{i}", seeds=self.settings.seeds[:1])  # fmt: skip
+                self._read_events(config_unit, self.settings.parity_timeout_s)
+                unit.config_units.append((described, config_unit))
+
+    def _list_configs(self, unit: _Unit) -> list[dict[str, Any]]:
+        """Every config the candidate's GPU autotuners may choose, from a sandboxed child that imports it
+        without the interpreter; distinct ones only (on the interpreter, distinct constexprs: warps and
+        register caps change nothing there). A candidate that does not import lists none: its parity
+        child reports why."""
+        job = sandbox.prepare_job(self.root, f"configs-{unit.candidate.short_hash}", True, unit.candidate.path,
+                                  self.cache_dir / "triton" / unit.candidate.content_hash, {})  # fmt: skip
+        request = {**self._request(job, "configs", unit, [], [], True), "device": "cpu"}
+        run = sandbox.run_child(job, request, CONFIGS_TIMEOUT_S, "cpu", 1, module="harness.child", interpret=False)
+        listed = next((e["kernels"] for e in run.events if e["event"] == "configs"), None)
+        if listed is None:
+            return []
+        forced, seen = [], set()
+        for kernel, configs in listed.items():
+            for config in configs:
+                key = json.dumps([kernel, config if self.on_gpu else config["kwargs"]], sort_keys=True)
+                if key not in seen:
+                    seen.add(key)
+                    forced.append({"kernel": kernel, "config": config})
+        return forced
 
     def run_baselines_child(self, bar: tqdm) -> None:
         """The trusted child: torch.compile and library outputs for parity, then baseline timings. A
@@ -376,7 +431,7 @@ class _Evaluation:
             in_flight = [k for k in started if k not in finished]
             cut = in_flight[-1][0] if in_flight else None
             if run.timed_out:
-                total = len(self.shapes) * len(self.settings.seeds)
+                total = len(self.shapes) * len(unit.seeds or self.settings.seeds)
                 where = f"; it had finished {len(finished)} of {total} calls"
                 if in_flight:
                     where += f", the last started at {_started_at(run.events, in_flight[-1]):.1f} s"
@@ -389,7 +444,7 @@ class _Evaluation:
                     continue
                 if label == cut:
                     unit.status[label] = why
-                elif any((label, seed) not in unit.calls for seed in self.settings.seeds):
+                elif any((label, seed) not in unit.calls for seed in unit.seeds or self.settings.seeds):
                     unit.status[label] = (Status.NOT_RUN, f"not run: the child stopped earlier ({why[0].value})")
         if unit.violations and unit.kind == "candidate":
             unit.global_status = (Status.SANDBOX_VIOLATION, "; ".join(unit.violations[:5]))
@@ -438,7 +493,8 @@ class _Evaluation:
     def judge(self) -> None:
         """Shape by shape, seed by seed: references once, every implementation's outputs judged."""
         device = torch.device(self.device)
-        judged = [u for u in self.units if u.kind != "reference" and u.global_status is None]
+        every = [*self.units, *(c for u in self.units for _, c in u.config_units)]
+        judged = [u for u in every if u.kind != "reference" and u.global_status is None]
         for shape in self.shapes:
             previous: dict[str, tuple[list[torch.Tensor], list[torch.Tensor]]] = {}
             for seed in self.settings.seeds:
@@ -453,9 +509,20 @@ class _Evaluation:
                 del inputs, refs, exact
         if self.on_gpu:
             torch.cuda.empty_cache()  # the benchmark children that follow need the device's memory
-        for unit in self.units:
+        for unit in every:
             for shape in self.shapes:
                 self._decide(unit, shape.label)
+        for unit in self.units:  # a candidate passes a shape only if every forced config passed it too
+            for shape in self.shapes:
+                status = unit.status.get(shape.label)
+                for described, config_unit in unit.config_units:
+                    if status is None or status[0] is not Status.PASSED:
+                        break
+                    forced = config_unit.status.get(shape.label)
+                    if forced is not None and forced[0] is not Status.PASSED:
+                        status = (forced[0], f"config {described}: {forced[1]}")
+                        unit.status[shape.label] = status
+                        unit.cheats[shape.label] = config_unit.cheats.get(shape.label, [])
 
     def _judge_call(self, unit, label, seed, refs, exact, previous, device) -> None:
         event = unit.calls[(label, seed)]
@@ -498,12 +565,12 @@ class _Evaluation:
         if unit.kind == "reference":
             unit.status[label] = (Status.PASSED, "")
             return
-        verdicts = unit.verdicts.get(label, [])
-        missing = [s for s in self.settings.seeds if (label, s) not in unit.calls]
+        verdicts, seeds = unit.verdicts.get(label, []), unit.seeds or self.settings.seeds
+        missing = [s for s in seeds if (label, s) not in unit.calls]
         failed = [v for v in verdicts if not v.passed]
         if failed:
             unit.status[label] = (Status.MISMATCH, failed[0].reason)
-        elif missing or len(verdicts) != len(self.settings.seeds):
+        elif missing or len(verdicts) != len(seeds):
             unit.status[label] = (Status.NOT_RUN, f"no outputs for seeds {missing}")
         else:
             unit.status[label] = (Status.PASSED, "")
@@ -566,7 +633,22 @@ class _Evaluation:
             copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
             autotuned=unit.autotuned if timing is not None else {},
+            configs_checked=_configs_passed(unit, shape.label) if status is Status.PASSED else 0,
+            configs_unchecked=unit.configs_unchecked,
         )  # fmt: skip
+
+
+def _configs_passed(unit: _Unit, label: str) -> int:
+    """How many of the configs forced in the unit's parity child passed on shape `label`."""
+    return sum(1 for _, c in unit.config_units if c.status.get(label, (None,))[0] is Status.PASSED)
+
+
+def _describe_config(forced: dict[str, Any]) -> str:
+    """'kernel(BLOCK=64, warps=4)': a forced config as the records and the table name it."""
+    c = forced["config"]
+    parts = [f"{k}={v}" for k, v in c["kwargs"].items()] + [f"warps={c['num_warps']}"]
+    parts += [f"maxnreg={c['maxnreg']}"] if c.get("maxnreg") else []
+    return f"{forced['kernel']}({', '.join(parts)})"
 
 
 def _compile_note(mode: str, run: sandbox.ChildRun) -> str:

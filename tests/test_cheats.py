@@ -58,3 +58,37 @@ def test_no_planted_file_stopped_the_run(planted_run):
     assert {"correct", "hangs", "crashes", "raises", "stale_memory", "reads_secret"} <= names
     assert planted_run.run.statuses["correct"] == "passed"
     assert planted_run.run.wall_s > 0
+
+
+def test_a_wrong_config_the_autotuner_did_not_choose_is_caught(planted):
+    """The interpreter runs BUG=False; the GPU autotuner may choose BUG=True. Forced, it fails parity,
+    and the record names it (configs=auto: every config on the CPU)."""
+    record = planted("wrong_gpu_config")
+    assert record.status is Status.MISMATCH, (record.status, record.detail)
+    assert record.detail.startswith("config _copy_kernel(BUG=True, warps=4): x_TD: "), record.detail
+    assert planted("correct").configs_checked == 0  # plain PyTorch: nothing to force
+
+
+def test_only_the_chosen_configs_are_checked_when_asked(tmp_path):
+    import os
+
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    path = os.path.join(os.path.dirname(__file__), "fixtures", "fuse_norm", "wrong_gpu_config.py")
+    cand = candidates.load(path, task.name, task.op_name)
+    for configs, status, checked in (("chosen", Status.PASSED, 0), ("all", Status.MISMATCH, 0)):
+        settings = runner.EvaluationSettings(
+            device="cpu", shapes=("T=3",), seeds=(1,), configs=configs, results_dir=str(tmp_path),
+            cache_dir=str(tmp_path), progress=False,
+        )  # fmt: skip
+        (record,) = runner.evaluate(task, [cand], settings, echo=lambda _: None).records
+        assert (record.status, record.configs_checked) == (status, checked), record.detail
+
+
+def test_configs_must_be_one_of_three():
+    from harness import runner
+
+    with pytest.raises(runner.UsageError, match=r"configs must be auto, chosen or all; got 'some'"):
+        runner.EvaluationSettings(configs="some")
