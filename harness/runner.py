@@ -4,9 +4,9 @@
 
 1. Parity: each candidate runs in its own sandboxed child (harness/child.py), in parallel, on
    every shape and seed; the child saves outputs and reports what its checks saw. With
-   `configs=all` (the default on the interpreter) a first child lists every config the candidate's
-   GPU autotuners may choose, and the parity child then runs each alone on one seed: a candidate
-   passes a shape only if every one of them does.
+   `configs=all` (what the default, `auto`, means on the interpreter) a first child lists every
+   config the candidate's GPU autotuners may choose, and the parity child then runs each alone on
+   one seed: a candidate passes a shape only if every one of them does.
 2. Baselines (GPU): one trusted child (no candidate code) runs torch.compile of the reference and
    the task's library kernels on the same seeds, then times reference, torch.compile and
    libraries interleaved: the history of the baselines, and their own parity.
