@@ -341,32 +341,32 @@ def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | 
         torch.cuda.empty_cache()
 
 
-def autotuned_choices(module: Any) -> dict[str, dict[str, str]]:
-    """What each Triton autotuner of the module chose in this process: {kernel: {key: config}}
-    (the key is the autotuner's: its key arguments' values, then the tensors' dtypes)."""
+def _autotuners(module: Any) -> dict[str, Any]:
+    """The module's Triton autotuners by name (none without Triton)."""
     try:
         from triton.runtime.autotuner import Autotuner
     except ImportError:
         return {}
+    return {name: obj for name, obj in vars(module).items() if isinstance(obj, Autotuner)}
+
+
+def autotuned_choices(module: Any) -> dict[str, dict[str, str]]:
+    """What each Triton autotuner of the module chose in this process: {kernel: {key: config}}
+    (the key is the autotuner's: its key arguments' values, then the tensors' dtypes)."""
     return {
         name: {repr(key): str(config) for key, config in obj.cache.items()}
-        for name, obj in vars(module).items()
-        if isinstance(obj, Autotuner) and obj.cache
+        for name, obj in _autotuners(module).items()
+        if obj.cache
     }
 
 
 def autotuned_configs(module: Any) -> dict[str, list[dict[str, Any]]]:
     """Every config each Triton autotuner of the module may choose: {kernel: [config, ...]}, a config
     as {"kwargs", "num_warps", "num_stages", "maxnreg"} (JSON, for the parent)."""
-    try:
-        from triton.runtime.autotuner import Autotuner
-    except ImportError:
-        return {}
     return {
         name: [{"kwargs": dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages,
                 "maxnreg": getattr(c, "maxnreg", None)} for c in obj.configs]
-        for name, obj in vars(module).items()
-        if isinstance(obj, Autotuner)
+        for name, obj in _autotuners(module).items()
     }  # fmt: skip
 
 
@@ -374,12 +374,11 @@ def forced_configs_loop(torch, request, task, launcher, report, monitor, guard) 
     """The parity loop again for each config in request["force_configs"], that config alone in its
     kernel's autotuner (impl "candidate@<i>"); the autotuner's own configs come back after each."""
     import triton
-    from triton.runtime.autotuner import Autotuner
 
-    module = sys.modules[launcher.__module__]
+    autotuners = _autotuners(sys.modules[launcher.__module__])
     for i, forced in enumerate(request.get("force_configs") or []):
-        kernel = getattr(module, forced["kernel"], None)
-        if not isinstance(kernel, Autotuner):
+        kernel = autotuners.get(forced["kernel"])
+        if kernel is None:
             report.emit("config_not_forced", index=i, reason=f"{forced['kernel']} is not a Triton autotuner here")
             continue
         config = forced["config"]

@@ -330,10 +330,11 @@ class _Evaluation:
         without the interpreter; distinct ones only (on the interpreter, distinct constexprs: warps and
         register caps change nothing there). A candidate that does not import lists none: its parity
         child reports why."""
+        # An import compiles nothing: the child starts with an empty Triton cache, not a copy of one.
         job = sandbox.prepare_job(self.root, f"configs-{unit.candidate.short_hash}", True, unit.candidate.path,
-                                  self.cache_dir / "triton" / unit.candidate.content_hash, {})  # fmt: skip
+                                  self.root / "no-triton-cache", {})  # fmt: skip
         request = {**self._request(job, "configs", unit, [], [], True), "device": "cpu"}
-        run = sandbox.run_child(job, request, CONFIGS_TIMEOUT_S, "cpu", 1, module="harness.child", interpret=False)
+        run = sandbox.run_child(job, request, CONFIGS_TIMEOUT_S, "cpu", 1, interpret=False)
         listed = next((e["kernels"] for e in run.events if e["event"] == "configs"), None)
         if listed is None:
             return []
@@ -513,16 +514,13 @@ class _Evaluation:
             for shape in self.shapes:
                 self._decide(unit, shape.label)
         for unit in self.units:  # a candidate passes a shape only if every forced config passed it too
-            for shape in self.shapes:
-                status = unit.status.get(shape.label)
-                for described, config_unit in unit.config_units:
-                    if status is None or status[0] is not Status.PASSED:
-                        break
-                    forced = config_unit.status.get(shape.label)
-                    if forced is not None and forced[0] is not Status.PASSED:
-                        status = (forced[0], f"config {described}: {forced[1]}")
-                        unit.status[shape.label] = status
-                        unit.cheats[shape.label] = config_unit.cheats.get(shape.label, [])
+            for label in (s.label for s in self.shapes if unit.status[s.label][0] is Status.PASSED):
+                failed = [(d, c) for d, c in unit.config_units if c.status[label][0] is not Status.PASSED]
+                if failed:
+                    described, config_unit = failed[0]
+                    status, detail = config_unit.status[label]
+                    unit.status[label] = (status, f"config {described}: {detail}")
+                    unit.cheats[label] = config_unit.cheats.get(label, [])
 
     def _judge_call(self, unit, label, seed, refs, exact, previous, device) -> None:
         event = unit.calls[(label, seed)]
@@ -633,14 +631,9 @@ class _Evaluation:
             copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
             autotuned=unit.autotuned if timing is not None else {},
-            configs_checked=_configs_passed(unit, shape.label) if status is Status.PASSED else 0,
+            configs_checked=len(unit.config_units) if status is Status.PASSED else 0,  # all of them passed
             configs_unchecked=unit.configs_unchecked,
         )  # fmt: skip
-
-
-def _configs_passed(unit: _Unit, label: str) -> int:
-    """How many of the configs forced in the unit's parity child passed on shape `label`."""
-    return sum(1 for _, c in unit.config_units if c.status.get(label, (None,))[0] is Status.PASSED)
 
 
 def _describe_config(forced: dict[str, Any]) -> str:

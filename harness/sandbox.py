@@ -212,8 +212,9 @@ PEER_TRITON_CACHE = "triton-cache-peers"
 def seed_peer_triton_cache(job: Job, trusted_cache: Path) -> None:
     """Start a benchmark child's peer cache as a copy of `trusted_cache`, the Triton cache of the
     task's baselines child, which compiled the same torch.compile graphs and is written by trusted
-    code only: the peers' kernels load instead of compiling again (Inductor itself still lowers
-    each graph cold). The copy is the child's to spoil: it is never copied back."""
+    code only: the peers' kernels load instead of compiling again, also when the baselines child's
+    compile artifacts (harness/runner.py PEER_ARTIFACTS, which bring the lowered graphs too) cannot
+    be used. The copy is the child's to spoil: it is never copied back."""
     copy_triton_cache(trusted_cache, job.scratch / PEER_TRITON_CACHE)
 
 

@@ -43,39 +43,25 @@ def test_every_candidate_passes_parity(task_name, tmp_path):
 
 
 # ---- router_gemm: its interpreter launcher passes the config itself, which the runner cannot force -------
-LIST_GPU_CONFIGS = """
-import importlib.util, json, sys
-spec = importlib.util.spec_from_file_location("listed", sys.argv[1])
-module = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(module)
-print(json.dumps([c.kwargs for c in module._router_kernel.configs]))
-"""
-
-
 def test_router_gemm_computes_the_task_function_with_every_gpu_config(tmp_path):
     """The runner records its GPU configs as unchecked (its interpreter kernel is no autotuner); here
-    each one goes through the launcher's own hook for the interpreter's config instead."""
+    each one it lists goes through the launcher's own hook for the interpreter's config instead."""
     import importlib.util
-    import json
-    import os
-    import subprocess
-    import sys
 
     import torch
 
     from harness import interpreter_patches, parity
 
+    task = TASKS["router_gemm"]
     path = REPO_ROOT / "candidate_kernels" / "router_gemm" / "splitk_bf16x3.py"
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(REPO_ROOT)}
-    done = subprocess.run([sys.executable, "-c", LIST_GPU_CONFIGS, str(path)], env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-    assert done.returncode == 0, done.stderr[-3000:]
-    gpu_configs = json.loads(done.stdout.strip().splitlines()[-1])
+    settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), cache_dir=str(tmp_path))
+    ev = runner._Evaluation(task, [candidates.load(path, task.name, task.op_name)], settings)
+    gpu_configs = [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
     spec = importlib.util.spec_from_file_location("router_gemm_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     interpreter_patches.apply()
-    task, shipped, failures = TASKS["router_gemm"], module._interpreter_config, []
+    shipped, failures = module._interpreter_config, []
     try:
         for kwargs in gpu_configs:
             module._interpreter_config = lambda *_, kw=kwargs: dict(kw)
