@@ -41,6 +41,7 @@ import contextlib
 import hashlib
 import importlib.util
 import json
+import logging
 import os
 import sys
 import threading
@@ -465,6 +466,72 @@ def load_compile_artifacts(torch, path: str) -> str | None:
     return None if info is not None else f"{path} did not deserialize (torch's warning is in the child's log)"
 
 
+class _LoadFailure(logging.Handler):
+    """Keeps the first 'Failed to load' record's message and the exception being handled then."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.first: str | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.first is None and "Failed to load" in str(record.msg):
+            error = sys.exc_info()[1]
+            cause = f"{type(error).__name__}: {error}" if error is not None else "no exception given"
+            self.first = f"{record.getMessage()}: {cause}"[:500]
+
+
+class PeerCompileWatch(contextlib.AbstractContextManager):
+    """Counts, while active, the torch.compile graphs loaded from Inductor's caches (the baselines
+    child's artifacts, in a benchmark child) and those compiled, and keeps the first reason a
+    cached graph failed to load: Inductor logs that failure and compiles instead, silently slower."""
+
+    LOGGER = "torch._inductor.output_code"  # logs "Failed to load artifact" inside its except block
+
+    def __init__(self, torch) -> None:
+        from torch._dynamo.utils import counters
+
+        self.counters = counters  # looked up at each count: its entries may be replaced
+        self.failure = _LoadFailure()
+
+    def __enter__(self) -> PeerCompileWatch:
+        self.before = self._counts()
+        logging.getLogger(self.LOGGER).addHandler(self.failure)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        logging.getLogger(self.LOGGER).removeHandler(self.failure)
+        self.after = self._counts()
+
+    def _counts(self) -> tuple[int, int]:
+        # graphs lowered (each once through AOTAutograd), and those Inductor found in its cache; a
+        # failed load counts as misses, twice per graph (AOTAutograd's and Inductor's lookups)
+        return self.counters["aot_autograd"]["total"], self.counters["inductor"]["fxgraph_cache_hit"]
+
+    def summary(self) -> dict[str, Any]:
+        graphs, loaded = (self.after[i] - self.before[i] for i in range(2))
+        return {"graphs_loaded": loaded, "graphs_compiled": graphs - loaded, "load_failure": self.failure.first}
+
+
+def use_prebuilt_flashinfer() -> list[str]:
+    """Let flashinfer load the modules the trusted baselines child built, instead of building them
+    again. An isolated child's flashinfer workspace is a copy of the trusted one at another path, and
+    flashinfer's ninja files name their outputs by absolute path: ninja finds none of them in its log
+    and rebuilds every module with nvcc, in every benchmark child. flashinfer loads `<name>/<name>.so`
+    as it is from its AOT directory (the layout of the flashinfer-jit-cache package); pointed at the
+    copy's built modules, it does. Left alone when flashinfer is not imported or ships AOT modules of
+    its own. Returns the modules so provided."""
+    env = sys.modules.get("flashinfer.jit.env")
+    if env is None:
+        return []
+    built = Path(env.FLASHINFER_JIT_DIR)
+    modules = sorted(so.parent.name for so in built.glob("*/*.so") if so.stem == so.parent.name)
+    own = Path(env.FLASHINFER_AOT_DIR)
+    if not modules or (own.is_dir() and any(own.iterdir())):
+        return []
+    env.FLASHINFER_AOT_DIR = built
+    return modules
+
+
 def baseline_impls(task, torch, names: list[str], n_shapes: int, report) -> dict[str, Any]:
     """reference, torch_compile (compiled once per shape, `n_shapes` of them) and the requested
     library baselines; unavailable ones are reported."""
@@ -481,6 +548,15 @@ def baseline_impls(task, torch, names: list[str], n_shapes: int, report) -> dict
             import torch._inductor.config as inductor_config
 
             inductor_config.emulate_precision_casts = True
+            # A lowered Triton kernel keeps the path of its source in the compiling process's Inductor
+            # cache, and looks for its autotuning choice beside it. In a benchmark child that loaded
+            # the baselines child's artifacts, that path is in the trusted child's cache, which the
+            # sandbox's user may not read: Inductor took the PermissionError for a failed load and
+            # compiled every graph again (fifth H200 session, results/gpu_logs/2026-12-01-session5-diag).
+            # Without the local autotuning cache a loaded kernel opens nothing outside its child; it
+            # autotunes its few configs on its first call, in the warm-up. Set in every child alike:
+            # the compile configuration is part of the graphs' cache key.
+            inductor_config.autotune_local_cache = False
             # One compiled graph per shape (dynamic=False): past dynamo's recompile limit (8) it would
             # quietly run the reference eagerly (seen on the H200: qk_norm_rope's 12 shapes, the last
             # ones timed as eager under the compile name). Room for every shape, and an error otherwise.
@@ -542,7 +618,11 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         # candidate code runs, from a copy in this job's directory).
         # A baseline that fails on a shape is left out of that shape only (torch.compile hits its
         # recompile limit at moe_experts' larger shapes, and still runs the smaller ones).
-        with triton_cache_dir(os.path.join(request["scratch"], sandbox.PEER_TRITON_CACHE)):
+        prebuilt = use_prebuilt_flashinfer()  # the library baselines' modules, as the baselines child built them
+        with (
+            triton_cache_dir(os.path.join(request["scratch"], sandbox.PEER_TRITON_CACHE)),
+            PeerCompileWatch(torch) as watch,
+        ):
             if request.get("peer_artifacts") and "torch_compile" in impls:  # the baselines child's compiles
                 problem = load_compile_artifacts(torch, request["peer_artifacts"])
                 report.emit("peer_artifacts", loaded=problem is None, problem=problem)
@@ -557,6 +637,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
                                     shape=shape_label, message=note or f"{type(e).__name__}: {e}"[:1000])  # fmt: skip
                         skip.setdefault(shape_label, set()).add(name)
             torch.cuda.synchronize()
+        report.emit("peer_warm", **watch.summary(), flashinfer_prebuilt=prebuilt)
     task_module = sys.modules[task.make_inputs.__module__]
     monitor = sandbox.Monitor(
         writable=(os.path.realpath(request["scratch"]),),

@@ -25,7 +25,9 @@ hash: only that candidate's children write it), the baselines child's per task
 Inductor's and flashinfer's, used in place by the trusted child only. The baselines child also
 saves torch.compile's compile artifacts (PEER_ARTIFACTS, kept as `peers/<task>.bin`), and each
 benchmark child loads a copy before it compiles its peers: it traces each graph again but does not
-lower it again.
+lower it again. A benchmark child loads flashinfer's modules as the baselines child built them, from
+its copy of the workspace (harness/child.py use_prebuilt_flashinfer). Its progress line says how
+many peer graphs it loaded and compiled, why a load failed, and which flashinfer modules it loaded.
 
 This module is where the failures of candidates become data: a child's exit, report and saved
 outputs become a Status with its detail. A failure of the harness itself (a trusted child that
@@ -645,9 +647,10 @@ def _describe_config(forced: dict[str, Any]) -> str:
 
 
 def _compile_note(mode: str, run: sandbox.ChildRun) -> str:
-    """How a child got its torch.compile peers, for its progress line: the baselines child saved its
-    compile artifacts (or could not); a benchmark child loaded them, and spent the time up to its
-    'isolation' event compiling and warming the peers (harness/child.py)."""
+    """How a child got its peers, for its progress line: the baselines child saved its compile
+    artifacts (or could not); a benchmark child loaded them, spent the time up to its 'isolation'
+    event compiling and warming the peers, and reported its 'peer_warm' event: torch.compile graphs
+    loaded and compiled, the first failed load, flashinfer's prebuilt modules (harness/child.py)."""
     event = next((e for e in run.events if e.get("event") == "peer_artifacts"), None)
     if mode == "baselines" and event is not None:
         n = event.get("saved_bytes") or 0
@@ -658,11 +661,20 @@ def _compile_note(mode: str, run: sandbox.ChildRun) -> str:
     warmed = next((e["t"] for e in run.events if e.get("event") == "isolation"), None)
     if mode != "bench" or not isinstance(warmed, (int, float)):
         return ""
-    source = ""
-    if event is not None:
-        source = (", from the baselines child's compile artifacts" if event.get("loaded")
-                  else f"; compile artifacts unusable: {event.get('problem')}")  # fmt: skip
-    return f" ({warmed:.1f} s of it compiling and warming the peers{source})"
+    notes = []
+    if event is not None and not event.get("loaded"):
+        notes.append(f"compile artifacts unusable: {event.get('problem')}")
+    warm = next((e for e in run.events if e.get("event") == "peer_warm"), None)
+    if warm is not None:
+        loaded, compiled = warm.get("graphs_loaded") or 0, warm.get("graphs_compiled") or 0
+        if loaded or compiled:
+            source = "from the baselines child's artifacts" if event is not None and event.get("loaded") else "cached"
+            notes.append(f"torch.compile graphs: {loaded} {source}, {compiled} compiled")
+        if warm.get("load_failure"):
+            notes.append(f"first failed load: {warm['load_failure']}")
+        if warm.get("flashinfer_prebuilt"):
+            notes.append(f"flashinfer modules prebuilt: {', '.join(warm['flashinfer_prebuilt'])}")
+    return f" ({warmed:.1f} s of it compiling and warming the peers{': ' if notes else ''}{'; '.join(notes)})"
 
 
 def _log_tail(unit: _Unit, status: Status) -> str:

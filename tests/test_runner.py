@@ -568,7 +568,13 @@ def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
         device="cuda", shapes=("T=1", "T=16384"), seeds=(1, 2), results_dir=str(tmp_path), promote=False,
         bench=bench.BenchSettings(samples=15, min_samples=10, max_seconds=3.0),
     )  # fmt: skip
-    result = runner.evaluate(task, found, settings)
+    lines: list[str] = []
+    result = runner.evaluate(task, found, settings, echo=lines.append)
+    # The benchmark child's peers come as the baselines child built them: both torch.compile graphs
+    # loaded (none compiled again, no failed load), flashinfer's norm module not rebuilt.
+    warmed = next(line for line in lines if "bench child" in line)
+    assert "torch.compile graphs: 2 from the baselines child's artifacts, 0 compiled" in warmed, warmed
+    assert "first failed load" not in warmed and "flashinfer modules prebuilt: norm" in warmed, warmed
     by_name = {(r.implementation, r.shape_label): r for r in result.records}
     for label in ("T=1", "T=16384"):
         cand = by_name[("row_per_program", label)]
@@ -628,42 +634,84 @@ def test_gpu_cheats_side_streams_and_stale_memory_are_caught(tmp_path):
 
 # ---- torch.compile artifacts: the baselines child's compiles, loaded by the benchmark children ---------
 PEER_SCRIPT = """
-import sys, torch
-from torch._dynamo.utils import counters
+import json, sys, torch
 from harness import child
+from tasks import get_task
 mode, path = sys.argv[1], sys.argv[2]
-if mode == "load":
+class Report:
+    def emit(self, *args, **kwargs): raise AssertionError((args, kwargs))
+task = get_task("fuse_norm")
+labels = [s.label for s in task.cpu_shapes[:2]]
+peer = child.baseline_impls(task, torch, ["torch_compile"], len(labels), Report())["torch_compile"]
+if mode.startswith("load"):
     assert child.load_compile_artifacts(torch, path) is None
-peer = torch.compile(lambda x: (x.float() * torch.rsqrt((x.float() ** 2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype),
-                     dynamic=False)
-for t in (1, 3):
-    peer(torch.randn(t, 16, dtype=torch.bfloat16))
+if mode == "load_denied":  # what a loaded graph met in a sandboxed child: a path it may not open
+    from torch._inductor import codecache
+    load = codecache.PyCodeCache.load_by_key_path
+    def denied(*args, **kwargs):  # loading a cached graph fails; compiling it again works
+        if sys._getframe(1).f_code.co_name == "after_deserialization":
+            raise PermissionError(13, "Permission denied", "/trusted/cache/kernel.best_config")
+        return load(*args, **kwargs)
+    codecache.PyCodeCache.load_by_key_path = denied
+with child.PeerCompileWatch(torch) as watch:
+    for label in labels:
+        peer(**task.make_inputs(task.shape(label, "cpu"), 1, torch.device("cpu")))
 if mode == "save":
-    print("saved", child.save_compile_artifacts(torch, path))
-print("counters", dict(counters["inductor"]))
+    assert child.save_compile_artifacts(torch, path)[0] > 0
+print(json.dumps(watch.summary()))
 """
 
 
 def test_benchmark_children_load_the_peers_the_baselines_child_compiled(tmp_path):
-    """Compile artifacts saved by one process let another, with an empty Inductor cache of its own
-    (an isolated benchmark child's), load every graph instead of compiling it (CPU Inductor here)."""
+    """Compile artifacts saved by one process, compiling the peers as the harness configures them,
+    let another with an empty Inductor cache of its own (an isolated benchmark child's) load every
+    graph instead of compiling it (CPU Inductor here); a graph that fails to load is compiled, and
+    the watch says why it failed."""
     import subprocess
     import sys
 
     artifacts = tmp_path / "peers.bin"
 
-    def run(mode: str, cache: str) -> str:
+    def run(mode: str, cache: str) -> dict:
         env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache), "PYTHONPATH": str(REPO_ROOT)}
         done = subprocess.run([sys.executable, "-c", PEER_SCRIPT, mode, str(artifacts)], env=env,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
-        return done.stdout
+        return json.loads(done.stdout.splitlines()[-1])
 
-    saved = run("save", "baselines")
-    assert "saved (" in saved and "fxgraph_cache_miss': 2" in saved and artifacts.stat().st_size > 0
-    assert "saved (0," not in saved
-    loaded = run("load", "bench")
-    assert "fxgraph_cache_hit': 2" in loaded and "fxgraph_cache_miss" not in loaded, loaded
+    assert run("save", "baselines") == {"graphs_loaded": 0, "graphs_compiled": 2, "load_failure": None}
+    assert run("load", "bench") == {"graphs_loaded": 2, "graphs_compiled": 0, "load_failure": None}
+    denied = run("load_denied", "bench-denied")
+    assert (denied["graphs_loaded"], denied["graphs_compiled"]) == (0, 2)
+    assert denied["load_failure"].startswith("Failed to load artifact: ")
+    assert denied["load_failure"].endswith("PermissionError: [Errno 13] Permission denied: "
+                                           "'/trusted/cache/kernel.best_config'")  # fmt: skip
+
+
+def test_a_benchmark_child_loads_flashinfers_modules_as_the_trusted_child_built_them(tmp_path, monkeypatch):
+    """flashinfer's AOT directory is pointed at the modules in the child's copy of the workspace
+    (ninja would rebuild them all there), unless flashinfer is not imported or has AOT modules."""
+    import types
+
+    from harness import child
+
+    built, package_aot = tmp_path / "copy" / "cached_ops", tmp_path / "package" / "aot"
+    for name in ("norm", "rope"):
+        (built / name).mkdir(parents=True)
+        (built / name / f"{name}.so").write_bytes(b"ELF")
+        (built / name / f"{name}.cuda.o").write_bytes(b"object")
+    (built / "page").mkdir()  # a module whose build never finished: no .so, built again on first use
+    env = types.ModuleType("flashinfer.jit.env")
+    env.FLASHINFER_JIT_DIR, env.FLASHINFER_AOT_DIR = built, package_aot
+    monkeypatch.delitem(sys.modules, "flashinfer.jit.env", raising=False)
+    assert child.use_prebuilt_flashinfer() == []  # flashinfer not imported: nothing to do, nothing imported
+    assert "flashinfer.jit.env" not in sys.modules
+    monkeypatch.setitem(sys.modules, "flashinfer.jit.env", env)
+    assert child.use_prebuilt_flashinfer() == ["norm", "rope"]
+    assert env.FLASHINFER_AOT_DIR == built
+    env.FLASHINFER_AOT_DIR = package_aot
+    (package_aot / "norm").mkdir(parents=True)  # flashinfer's own AOT modules win
+    assert child.use_prebuilt_flashinfer() == [] and env.FLASHINFER_AOT_DIR == package_aot
 
 
 def test_unusable_compile_artifacts_are_a_reason_not_a_crash(tmp_path):
@@ -692,7 +740,10 @@ def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifact
             events = [{"event": "peer_artifacts", "saved_bytes": 14, "problem": None}]
         else:
             assert Path(request["peer_artifacts"]).read_bytes() == b"compiled peers"
-            events = [{"event": "peer_artifacts", "loaded": True, "problem": None}, {"event": "isolation", "t": 7.5}]
+            events = [{"event": "peer_artifacts", "loaded": True, "problem": None},
+                      {"event": "peer_warm", "graphs_loaded": 5, "graphs_compiled": 1, "flashinfer_prebuilt": ["norm"],
+                       "load_failure": "Failed to load artifact: /x.py: PermissionError: denied"},
+                      {"event": "isolation", "t": 7.5}]  # fmt: skip
         return sandbox.ChildRun(0, False, 9.0, events, "")
 
     monkeypatch.setattr(sandbox, "run_child", fake_run_child)
@@ -706,7 +757,9 @@ def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifact
     assert (tmp_path / "cache" / "peers" / "fuse_norm.bin").read_bytes() == b"compiled peers"  # for later runs
     assert lines[0].endswith("(saved 14 bytes of torch.compile artifacts)")
     assert lines[1].endswith(
-        "(7.5 s of it compiling and warming the peers, from the baselines child's compile artifacts)"
+        "(7.5 s of it compiling and warming the peers: torch.compile graphs: 5 from the baselines child's artifacts,"
+        " 1 compiled; first failed load: Failed to load artifact: /x.py: PermissionError: denied;"
+        " flashinfer modules prebuilt: norm)"
     )
     # A later run whose baselines child had nothing to save (all loaded from a warm cache) still has them.
     monkeypatch.setattr(sandbox, "run_child", lambda *args, **kwargs: sandbox.ChildRun(0, False, 1.0, [], ""))
