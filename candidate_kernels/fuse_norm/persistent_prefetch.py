@@ -31,7 +31,11 @@ Fourth session (GPU held during event windows; results/README.md), against torch
   goal 165 us missed by 24 us). With decode-size configs tuned as graph replays (commit 8769800):
   T=1 3.41 / 3.40 us with 4 warps (goal 2.3 us missed by 1.1 us; a tie with compile), T=3 3.55 /
   3.65, T=1000 22.81 / 22.98 (ties), T=8, 64, 16384 faster beyond noise. Not promoted.
-  The 4-warp config folds its reductions again (FOLD, as at 73ee016); not yet run on a GPU.
+Fifth session (commit d73d845, the 4-warp configs folding their reductions again as at 73ee016):
+  the autotuner took (2 programs per SM, 4 warps, folded) for every bucket. Against the in-child
+  compile: T=1 3.41 / 3.61 us, T=8 4.15 / 4.60, T=64 4.89 / 5.81 (faster beyond noise); T=3 3.80 /
+  3.89, T=1000 35.87 / 35.10, T=16384 207.0 / 214.0 (not). Folding cost T=16384 19 us (187.7
+  unfolded at 8769800), so the 4-warp config is offered both ways now; not yet run on a GPU.
 
 Numerics: identical to row_per_program.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
@@ -98,10 +102,13 @@ def _configs() -> list[triton.Config]:
     # would run its rows late, so no config asks for more programs per SM than fit. Two capped
     # configs trade spills for more rows in flight (T = 1000 ran at 42% of the copy floor, 16384 at
     # 84%): 8 warps at 128 registers spill 28 bytes per thread and fit twice; 4 warps at 168 spill
-    # 168 bytes and fit three times (4 at 128 would spill 324: left out). Not yet timed on a GPU.
-    # The fold of _mean_of_squares only at 4 warps, where its layouts meet without shared memory.
-    shapes = ((1, 8, None), (1, 16, None), (2, 4, None), (2, 8, 128), (3, 4, 168))
-    return [triton.Config({"PROGRAMS_PER_SM": p, "FOLD": w == 4}, num_warps=w, maxnreg=r) for p, w, r in shapes]
+    # 168 bytes and fit three times (4 at 128 would spill 324: left out).
+    # The fold of _mean_of_squares only at 4 warps, where its layouts meet without shared memory; both
+    # ways there: folded, every bucket took it on the H200 (d73d845), and T = 16384 went from 187.7 us
+    # unfolded (8769800) to 207.0.
+    shapes = ((1, 8, None, False), (1, 16, None, False), (2, 4, None, True), (2, 4, None, False),
+              (2, 8, 128, False), (3, 4, 168, True))  # fmt: skip
+    return [triton.Config({"PROGRAMS_PER_SM": p, "FOLD": f}, num_warps=w, maxnreg=r) for p, w, r, f in shapes]
 
 
 def _prune(configs, named_args, **kwargs):
