@@ -549,13 +549,15 @@ def baseline_impls(task, torch, names: list[str], n_shapes: int, report) -> dict
 
             inductor_config.emulate_precision_casts = True
             # A lowered Triton kernel keeps the path of its source in the compiling process's Inductor
-            # cache, and looks for its autotuning choice beside it (torch's source). In a benchmark
-            # child that loaded the baselines child's artifacts, that path is in the trusted child's
-            # cache, which the sandbox's user may not read; on the H200 every loaded graph failed to
-            # load there and compiled again (results/gpu_logs/2026-12-01-session5-diag; a failed
-            # load's exception is now reported, PeerCompileWatch). Without the local autotuning cache
-            # a loaded kernel opens nothing outside its child; it autotunes its few configs on its
-            # first call, in the warm-up. Set in every child alike: it is part of the cache key.
+            # cache, and looks for its autotuning choice beside it. In a benchmark child that loaded
+            # the baselines child's artifacts, that path is in the trusted child's cache, which the
+            # sandbox's user may not read. On the H200 every loaded graph failed to load and compiled
+            # again (results/gpu_logs/2026-12-01-session5-diag), and qk_norm_rope's peer failed
+            # outright: "PermissionError: [Errno 13] Permission denied: '/root/.cache/beam-harness/
+            # inductor/m4/<hash>.best_config'" (its records' baseline_notes, d73d845). Without the
+            # local autotuning cache a loaded kernel opens nothing outside its child; it autotunes
+            # its few configs on its first call, in the warm-up. Set in every child alike: it is
+            # part of the cache key.
             inductor_config.autotune_local_cache = False
             # One compiled graph per shape (dynamic=False): past dynamo's recompile limit (8) it would
             # quietly run the reference eagerly (seen on the H200: qk_norm_rope's 12 shapes, the last
