@@ -18,6 +18,11 @@ Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1
 Config sweep (third session, plain process): T=1 1.88 us at best (1 x 512, 2 warps and 1 x 1024,
   4 warps), T=8 2.83, T=16384 520 us (1 x 2048, 4 warps). The one-warp tiles added after it
   (1 x 128, 1 x 256) are not measured yet.
+Fifth session (commit d73d845, decode-size configs autotuned as graph replays), against the
+  torch.compile timed in the same child: T=1 1.83 / 1.59 us, T=3 2.23 / 2.04, T=8 2.92 / 2.56,
+  T=64 4.56 / 4.30 (slower), T=1000 43.98 / 53.82 (faster), T=16384 483.1 / 487.8 us (a tie; 98% of
+  the copy floor). Goal still missed at T <= 64, by 0.24 us at T=1: the kernel is one load round
+  trip and one store, like Inductor's; what costs the rest is not measured (Nsight Compute not run).
 
 Numerics (reference_model/ops.py swiglu):
   out = bf16((g * sigmoid(g)) * u),  g = f32(gate), u = f32(up)      one rounding point

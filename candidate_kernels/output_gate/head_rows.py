@@ -18,6 +18,11 @@ Config sweep (third session, plain process): T=1 2.09 us (4 rows, 1 warp .. 16 r
   alike), T=16384 168.9 us at best (16 rows, 4 warps; 170-189 us for the others), as fast as
   torch.compile's 168 us of the first session. The goal of 143 us is 101% of the copy floor at
   4275 GB/s (141.3 us, above); 169 us is 84% of it.
+Fifth session (commit d73d845, decode-size configs autotuned as graph replays), against the
+  torch.compile timed in the same child: T=1 2.10 / 1.49 us, T=8 2.38 / 1.80, T=64 3.13 / 2.68,
+  T=1000 23.67 / 23.57 (a tie), T=16384 157.1 / 153.1 us (90% of the copy floor; goal 143 us
+  missed by 14 us). Not faster than compile anywhere; the 0.6 us at T=1 is not explained (Nsight
+  Compute not run on it).
 
 Numerics (reference_model/ops.py output_gate, BEAM.md §3.6):
   out = bf16(f32(o) * sigmoid(f32(g) + f32(b[h])))     one rounding point
