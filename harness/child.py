@@ -487,7 +487,7 @@ class PeerCompileWatch(contextlib.AbstractContextManager):
 
     LOGGER = "torch._inductor.output_code"  # logs "Failed to load artifact" inside its except block
 
-    def __init__(self, torch) -> None:
+    def __init__(self) -> None:
         from torch._dynamo.utils import counters
 
         self.counters = counters  # looked up at each count: its entries may be replaced
@@ -623,7 +623,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         prebuilt = use_prebuilt_flashinfer()  # the library baselines' modules, as the baselines child built them
         with (
             triton_cache_dir(os.path.join(request["scratch"], sandbox.PEER_TRITON_CACHE)),
-            PeerCompileWatch(torch) as watch,
+            PeerCompileWatch() as watch,
         ):
             if request.get("peer_artifacts") and "torch_compile" in impls:  # the baselines child's compiles
                 problem = load_compile_artifacts(torch, request["peer_artifacts"])

@@ -653,7 +653,7 @@ if mode == "load_denied":  # what a loaded graph met in a sandboxed child: a pat
             raise PermissionError(13, "Permission denied", "/trusted/cache/kernel.best_config")
         return load(*args, **kwargs)
     codecache.PyCodeCache.load_by_key_path = denied
-with child.PeerCompileWatch(torch) as watch:
+with child.PeerCompileWatch() as watch:
     for label in labels:
         peer(**task.make_inputs(task.shape(label, "cpu"), 1, torch.device("cpu")))
 if mode == "save":
