@@ -13,16 +13,18 @@ so that clock and thermal drift hit them alike and their ratio means something.
   Graph replay removes the Python/launch overhead that would otherwise be most of a 3 us kernel.
   If capture fails (a host synchronization in the implementation), events are used instead and
   the timing says so.
-- Larger shapes: CUDA events around `event_calls` calls on the real stream; the L2 is flushed
-  (a write over 2x its size) before each window, outside it. A spin kernel then holds the GPU
+- Larger shapes: CUDA events around a window of calls on the real stream. The window holds at
+  least `event_calls` calls and enough of them to cover `event_window_us` of GPU time (sized from
+  the last warm-up window, at most `event_calls_max`): the host synchronization before the end event
+  costs a few us per window, which three ~20 us calls (T=1000) would have carried at +-3 us each
+  (on the H200, the same flashinfer top-k timed 17.0, 26.7 and 33.5 us at T=1000 in three
+  children of one moe_route run). Before each window, outside it, the L2 is swept by READING a
+  buffer twice its size: the dirty lines the previous window left are written back during the
+  sweep, and the window's first call finds a cold L2 of clean lines (a sweep by writing, as first
+  done, left up to one L2 of dirty lines to be written back inside the window, ~14 us of traffic).
+  A spin kernel then holds the GPU
   while the host enqueues the window's calls (GpuHold), so the window starts with every call
   queued: what it times is the GPU's work, not the host's launch path, as a graph replay does.
-  Without the hold, on the H200, fuse_norm/row_per_program timed 83 us at T=1000 in the sandboxed
-  benchmark child against 57 us in a plain process with this module's timers (the same autotuned
-  launch), and 239 against 207 us at T=16384 (Nsight Compute: 178 us, cold), while its graph
-  replays, which time no launch, were no slower in the child (T=1 3.60 against 3.94 us, T=64 5.28
-  against 5.17): the child's slower launches were inside the windows (inferred from these
-  figures, not profiled).
 - Every window ends with a device-wide synchronization BEFORE its end event, so work left on a
   side stream is inside the window; its fixed cost (a few us) is amortized over the calls.
 - Warm-up windows first (compilation, autotuning, allocator), then `samples` windows per
@@ -70,7 +72,9 @@ class BenchSettings:
     max_seconds: float = 8.0  # per implementation and shape, over all samples
     decode_max_tokens: int = 64  # T <= this: CUDA-graph replay
     graph_calls: int = 100  # calls captured per graph (one timed window)
-    event_calls: int = 3  # calls per timed window for larger shapes
+    event_calls: int = 3  # calls per timed window for larger shapes, at least
+    event_window_us: float = 2000.0  # ... and enough calls to fill this much GPU time per window
+    event_calls_max: int = 100  # ... at most
     rotations_max: int = 64  # input sets rotated through at most
     l2_cover: float = 2.0  # rotate enough input sets to cover this multiple of the L2 cache
     rotation_bytes_max: int = 16 << 30  # memory the rotated input sets may take
@@ -83,6 +87,10 @@ class BenchSettings:
             for name in ("warmup_windows", "samples", "min_samples", "graph_calls", "event_calls", "rotations_max")
             if getattr(self, name) < 1
         ]
+        if self.event_calls_max < self.event_calls:
+            problems.append(f"event_calls_max={self.event_calls_max} is below event_calls={self.event_calls}")
+        if self.event_window_us < 0:
+            problems.append(f"event_window_us={self.event_window_us} must be >= 0")
         if self.min_samples > self.samples:
             problems.append(f"min_samples={self.min_samples} exceeds samples={self.samples}")
         if self.max_seconds <= 0 or self.l2_cover < 0:
@@ -176,6 +184,7 @@ class _Timer:
     calls: int
     note: str | None = None
     keep: Any = None  # what must outlive the timer (a graph and its static outputs)
+    resize: Callable[[float], int] | None = None  # per-call us of a warm-up window -> calls per window
 
 
 def _warm_on_side_stream(fn: Callable[..., Any], input_sets: list[dict]) -> None:
@@ -255,25 +264,30 @@ def _event_timer(
     name: str, fn: Callable[..., Any], input_sets: list[dict], settings: BenchSettings, flush: torch.Tensor | None,
     note: str | None,
 ) -> _Timer:  # fmt: skip
-    calls = settings.event_calls
+    calls = [settings.event_calls]
     counter = [0]
     gpu_hold = GpuHold()
 
     def window() -> float:
         if flush is not None:
-            flush.zero_()  # evict the L2, outside the window
+            flush.sum()  # sweep the L2 by reading, outside the window (module docstring)
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         with gpu_hold.queued():  # the calls are queued before the GPU reaches `start`
             start.record()
-            for _ in range(calls):
+            for _ in range(calls[0]):
                 fn(**input_sets[counter[0] % len(input_sets)])
                 counter[0] += 1
         _synchronize()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) * 1e3 / calls
+        return start.elapsed_time(end) * 1e3 / calls[0]
 
-    return _Timer(name, window, "events", calls, note)
+    def resize(per_call_us: float) -> int:
+        wanted = math.ceil(settings.event_window_us / per_call_us) if per_call_us > 0 else settings.event_calls_max
+        calls[0] = max(settings.event_calls, min(settings.event_calls_max, wanted))
+        return calls[0]
+
+    return _Timer(name, window, "events", calls[0], note, resize=resize)
 
 
 def make_timer(
@@ -308,12 +322,23 @@ def time_interleaved(timers: list[_Timer], settings: BenchSettings) -> dict[str,
             return None
 
     slowest_window_s = 0.0
+    last_us: dict[str, float] = {}
+
+    def warm(t: _Timer) -> None:
+        nonlocal slowest_window_s
+        began = _perf_counter()
+        if (us := run(t)) is not None:
+            last_us[t.name] = us
+        slowest_window_s = max(slowest_window_s, _perf_counter() - began)
+
     for _ in range(settings.warmup_windows):
         for t in timers:
             if t.name not in failed:
-                began = _perf_counter()
-                run(t)
-                slowest_window_s = max(slowest_window_s, _perf_counter() - began)
+                warm(t)
+    for t in timers:  # event windows grow to their GPU-time target; one more untimed window at the new size
+        if t.resize is not None and t.name in last_us and (calls := t.resize(last_us[t.name])) != t.calls:
+            t.calls = calls
+            warm(t)  # also sizes the GPU hold for the longer enqueue
     affordable = int(settings.max_seconds / slowest_window_s) if slowest_window_s > 0 else settings.samples
     samples = max(settings.min_samples, min(settings.samples, affordable))
     per_call: dict[str, list[float]] = {t.name: [] for t in timers}
@@ -329,8 +354,9 @@ def time_interleaved(timers: list[_Timer], settings: BenchSettings) -> dict[str,
 
 
 def l2_flush_buffer() -> torch.Tensor:
+    """Twice the L2 of clean data, read before each event window (see the module docstring)."""
     l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    return torch.empty(2 * l2 // 4, dtype=torch.float32, device="cuda")
+    return torch.ones(2 * l2 // 4, dtype=torch.float32, device="cuda")
 
 
 def time_shape(

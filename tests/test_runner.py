@@ -413,6 +413,57 @@ def test_an_event_window_holds_the_gpu_until_its_calls_are_queued(monkeypatch):
     assert [e[1] for e in log if e[0] == "call"] == [1, 0, 1]  # inputs keep rotating across windows
 
 
+@pytest.mark.parametrize(("gpu_us", "calls"), [(5.0, 100), (20.0, 89), (190.0, 11), (900.0, 3)])
+def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls):
+    """A window's host synchronization costs a few us: short calls are batched until a window holds
+    event_window_us of GPU time (at least event_calls, at most event_calls_max), sized in the warm-up;
+    every timed window then has that many calls, and the L2 is swept by reading before each. The
+    size comes from a 3-call warm-up window, round trip included: 2000 / (20 + 8 / 3) -> 89 calls."""
+    clock = [0.0]
+    sizes: list[int] = []
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool):
+            self.t = 0.0
+
+        def record(self):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other) -> float:
+            return (other.t - self.t) / 1e3
+
+    class FakeFlush:
+        reads = 0
+
+        def sum(self):
+            FakeFlush.reads += 1
+
+    def kernel(**_):
+        clock[0] += gpu_us
+        sizes[-1] += 1
+
+    def sync():
+        clock[0] += 8.0  # the host's round trip before the end event
+        sizes.append(0)
+
+    monkeypatch.setattr(bench, "_Event", FakeEvent)
+    monkeypatch.setattr(bench, "_synchronize", sync)
+    monkeypatch.setattr(bench, "_spin", lambda cycles: None)
+    monkeypatch.setattr(bench.GpuHold, "_calibrate", lambda self: 2000.0)
+    sizes.append(0)
+    settings = bench.BenchSettings(warmup_windows=2, samples=10, min_samples=10, event_window_us=2000.0)
+    timer = bench._event_timer("k", kernel, [{}], settings, FakeFlush(), None)
+    (timing,) = bench.time_interleaved([timer], settings).values()
+    assert timing.calls_per_window == calls and sizes[-11:-1] == [calls] * 10, sizes
+    assert FakeFlush.reads == len(sizes) - 1  # one sweep per window, warm-up included
+    assert timing.p50_us == pytest.approx(gpu_us + 8.0 / calls)  # the round trip, amortized over the window
+    with pytest.raises(ValueError, match="event_calls_max=2 is below event_calls=3"):
+        bench.BenchSettings(event_calls_max=2)
+
+
 def test_the_ceilings_are_timed_between_stream_events_with_the_gpu_held(monkeypatch):
     log: list[str] = []
 
@@ -609,6 +660,7 @@ def test_gpu_event_windows_time_the_gpu_not_a_slow_launch():
     timer = bench.make_timer("slow", slow_launch, [{}], False, settings, bench.l2_flush_buffer())
     (timing,) = bench.time_interleaved([timer], settings).values()
     assert timing.method == "events" and 90 < timing.p50_us < 300, timing  # not ~1000 us: the launch is not timed
+    assert timing.calls_per_window >= 10, timing  # ~2000 us of GPU time per window, not 3 calls
     assert bench.measure_copy_gbps(settings) > 3000
 
 
