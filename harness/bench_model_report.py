@@ -230,6 +230,19 @@ def console_table(record: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def chart_rows(record: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The chart's bars, labelled: the peers, the changes added in order, then the optimized model,
+    which is the last addition (the waterfall stops one change short of it) and is labelled with it."""
+    rows = record["variants"]
+    added = [r for r in rows if r["kind"] == "added"]
+    order = [(r["name"], r) for r in rows if r["kind"] == "peer"] + [(r["name"], r) for r in added]
+    for r in rows:
+        if r["kind"] == "optimized":
+            last = [c for c in r["changes"] if added and c not in added[-1]["changes"]]
+            order.append((f"optimized (+{', '.join(last)})" if last else r["name"], r))
+    return order
+
+
 def write_chart(record: dict[str, Any], path: Path) -> None:
     """Two panels (decode, prefill): the peers, the waterfall of added changes, the optimized model,
     and on decode the floor as a vertical line."""
@@ -238,15 +251,13 @@ def write_chart(record: dict[str, Any], path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in record["variants"] if r["kind"] in ("peer", "added", "optimized")]
-    order = [r for r in rows if r["kind"] == "peer"] + [r for r in rows if r["kind"] == "added"]
-    order += [r for r in rows if r["kind"] == "optimized"]
+    order = chart_rows(record)
     fig, axes = plt.subplots(1, 2, figsize=(13, 0.45 * len(order) + 1.8))
     colors = {"peer": "#888888", "added": "#4c72b0", "optimized": "#2ca02c"}
     for ax, key, title in zip(axes, ("decode_ms", "prefill_ms"), ("decode step", "prefill"), strict=True):
-        values = [r[key] or 0.0 for r in order]
-        ax.barh(range(len(order)), values, color=[colors[r["kind"]] for r in order])
-        ax.set_yticks(range(len(order)), [r["name"] for r in order])
+        values = [r[key] or 0.0 for _, r in order]
+        ax.barh(range(len(order)), values, color=[colors[r["kind"]] for _, r in order])
+        ax.set_yticks(range(len(order)), [label for label, _ in order])
         ax.invert_yaxis()
         ax.set_xlabel("ms" + ("" if record["timings_meaningful"] else " (CPU interpreter: not meaningful)"))
         ax.set_title(f"{record['preset']}: {title}")

@@ -117,6 +117,8 @@ def test_bench_model_runs_on_cpu_and_writes_record_chart_and_summary(tmp_path, c
     assert sources["attention"]["kind"] == "reference"  # no library paths on the CPU
     counts = record["kernel_counts"]["reference"]
     assert len(counts["layers"]) == 6 and counts["per_moe_layer"] > counts["per_dense_layer"] > 0
+    labels = [label for label, _ in bench_model_report.chart_rows(record)]
+    assert labels == ["reference", "+pack_qkv_gate", "optimized (+output_gate)"]  # the last addition is the optimized
     chart = tmp_path / "out" / f"{record['run_id']}_waterfall.png"
     assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     summary = (tmp_path / "out" / f"{record['run_id']}.md").read_text()
