@@ -234,8 +234,17 @@ def run_command(command: Command, args: list[str]) -> int:
     return max(codes, default=0)
 
 
+def _line_buffered() -> None:
+    """Every printed line reaches a log file or CI pipe as it is printed (Python block-buffers them
+    when stdout is not a terminal): a command killed by a time limit still shows how far it got."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure") and not stream.isatty():
+            stream.reconfigure(line_buffering=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    _line_buffered()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(usage())
         return 0 if argv else 1

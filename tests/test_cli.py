@@ -149,3 +149,13 @@ def test_run_end_to_end_with_a_real_triton_candidate(tmp_path):
     run_id = json.loads((results / "fuse_norm" / "runs.jsonl").read_text())["run_id"]
     assert run_id in history.stdout and "Promoted: none" in history.stdout
     assert "row_per_program" in history.stdout and "tiny T=5" in history.stdout
+
+
+def test_output_reaches_a_pipe_line_by_line_even_when_the_process_is_killed():
+    """A GPU runner's time limit kills the command: what it printed before must be in the log
+    (PYTHONUNBUFFERED, set on some machines and not on others, is taken away)."""
+    script = "\n".join(["import os", "from harness import cli", "cli.main(['--help'])", "os._exit(9)"])
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO_ROOT, env=env,
+                          timeout=120)  # fmt: skip
+    assert done.returncode == 9 and done.stdout.startswith("usage: harness <command>"), done
