@@ -36,6 +36,10 @@ Fifth session (commit d73d845, the 4-warp configs folding their reductions again
   compile: T=1 3.41 / 3.61 us, T=8 4.15 / 4.60, T=64 4.89 / 5.81 (faster beyond noise); T=3 3.80 /
   3.89, T=1000 35.87 / 35.10, T=16384 207.0 / 214.0 (not). Folding cost T=16384 19 us (187.7
   unfolded at 8769800), so the 4-warp config is offered both ways now; not yet run on a GPU.
+Sixth session (commit 1062fb4, event windows of >= 2 ms): the autotuner took the unfolded 4-warp
+  config at T=16384 and the folded one elsewhere. Against the in-child compile: T=1 3.17 / 3.32 us,
+  T=8 4.03 / 4.31, T=64 4.71 / 5.65, T=1000 13.93 / 14.73, T=16384 183.32 / 189.89 (86% of the copy
+  floor; goal 165 us missed by 18 us) faster beyond noise; T=3 3.48 / 3.57 not (1.03x). Not promoted.
 
 Numerics: identical to row_per_program.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1

@@ -17,7 +17,11 @@ Selection (PACKED, a config parameter):
 Floor (bytes / 4275 GB/s, bytes = T*E*4 + E*4 + T*k*12, E = 256, k = 8):
   T=1, 8, 64  <= 82 KB -> < 0.02 us: latency bound, the floor is one launch (~2 us graph replay)
   T=16384     18.4 MB  -> 4.3 us (goal <= 40 us: the selection arithmetic, not bytes, bounds it)
-Not yet measured on a GPU.
+Measured on the H200 (sixth session, commit 17c0f30, results/README.md): T=1 3.63 us, T=3 3.58,
+  T=8 3.60, T=64 3.65, T=16384 39.91 (PACKED at T <= 1024, not PACKED at T=16384): the three goals
+  met by one kernel; packed_keys beside it 4.27 / 3.57 / 3.89 / 3.68 / 50.39 us. T=1000 read
+  34.05 us against packed_keys' 14.78 with the same (packed) path chosen: the 3-call event windows
+  of that run, since replaced (1062fb4). Not promoted there; not yet run with the new windows.
 
 Numerics (reference_model/ops.py moe_route, BEAM.md §4), for both methods:
 - s = 1 / (1 + exp(-x)) in FP32, the formula of torch's CUDA sigmoid, with libdevice's __nv_expf

@@ -23,6 +23,11 @@ Fifth session (commit d73d845, decode-size configs autotuned as graph replays), 
   T=1000 23.67 / 23.57 (a tie), T=16384 157.1 / 153.1 us (90% of the copy floor; goal 143 us
   missed by 14 us). Not faster than compile anywhere; the 0.6 us at T=1 is not explained (Nsight
   Compute not run on it).
+Sixth session (commit 1062fb4, event windows of >= 2 ms): T=1 1.99 / 1.34 us, T=64 3.14 / 2.73,
+  T=1000 11.06 / 11.51 (faster beyond noise), T=16384 147.69 / 141.65 us (96% of the copy floor;
+  compile 98%). Nsight Compute (40282b2, one cold call): T=16384 146.1 us at 82% of DRAM peak,
+  occupancy 35% of a theoretical 37.5% (79 registers); T=1 3.1 us on 3 programs of 4 warps. What
+  compile's T=1 kernel does differently was not profiled.
 
 Numerics (reference_model/ops.py output_gate, BEAM.md §3.6):
   out = bf16(f32(o) * sigmoid(f32(g) + f32(b[h])))     one rounding point

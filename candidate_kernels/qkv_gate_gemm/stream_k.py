@@ -20,6 +20,10 @@ Floor (bytes / 4275 GB/s, bytes = N*D*2 + T*D*2 + T*N*2, N = 14336, D = 5120):
 Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1 52.6 us (69% of the weight-read
   floor), T=3 41.6 (87%), T=8 41.5 (87%), T=64 50.5 (73%), T=1000 531 us; packed cuBLAS (the
   reference) 37.0 / 36.95 / 36.7 / 40.8 / 198.7 us. Goal missed: 35.5 us at T=1 and 8.
+Nsight Compute (sixth session, commit 40282b2, one cold call): T=1 53.5 us, 58.5% of DRAM peak
+  (150.5 MB at 2.8 TB/s); 132 programs of 4 warps, 128 registers, 6.2% achieved occupancy (12.5%
+  theoretical). Each SM streams through one program's pipeline only: the bytes in flight per SM,
+  not the cut-tile fixups, bound it.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 - BF16 MMAs accumulate in FP32 within a tile's run of K; a cut tile's FP32 partials are summed in K

@@ -25,6 +25,10 @@ Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1
   T=64 16.80, T=1000 133.2 us; cuBLAS FP32 (the reference) 7.90 / 18.40 / 22.54 / 21.46 / 95.25 us.
   Goals missed: 3.0 / 3.5 / 6.0 us at T=1 / 8 / 64 (19% / 18% / 9% of the weight-read floor), and
   slower than cuBLAS at T=1000.
+Nsight Compute (sixth session, commit 40282b2, one cold call): T=1 7.5 us, 14.8% of DRAM peak; T=64
+  25.1 us, 5.0%. Both ran 128 programs of 4 warps: one per SM, 6.2% achieved occupancy (50% / 12.5%
+  theoretical, 62 / 178 registers), so too few loads are in flight to pull the 5.3 MB at the copy
+  rate (0.7 TB/s at T=1). Where the gap is: bytes in flight per SM, not arithmetic.
 
 Numerics (reference_model/ops.py router_logits, BEAM.md §4.1): BF16 x upcast exactly, FP32 weights,
 FP32 accumulation, FP32 logits, no TF32 anywhere.
