@@ -4,7 +4,7 @@ Author: human (kernels team, issue 4), hand-written.
 
 Why it is faster: cuBLAS's FP32 GEMM at T <= 64 launches tiles sized for large problems: the 5.2 MB
 weight is read by a handful of SMs (6.4 us at T = 1 against a 1.2 us floor). Here the weight read
-is spread over ~128-256 programs (all 132 SMs), each streaming a [BLOCK_E, D / SPLIT_K] slice of
+is spread over ~128-1024 programs (all 132 SMs), each streaming a [BLOCK_E, D / SPLIT_K] slice of
 W_r once, and the arithmetic never becomes the bottleneck:
   - FMA path (small T): x[t, k] * w[e, k] products summed in FP32 registers, one partial sum per
     lane over the K loop and one tree reduction at the end;
@@ -28,7 +28,9 @@ Measured on the H200 (first session, commit 000ef05; results/README.md): p50 T=1
 Nsight Compute (sixth session, commit 40282b2, one cold call): T=1 7.5 us, 14.8% of DRAM peak; T=64
   25.1 us, 5.0%. Both ran 128 programs of 4 warps: one per SM, 6.2% achieved occupancy (50% / 12.5%
   theoretical, 62 / 178 registers), so too few loads are in flight to pull the 5.3 MB at the copy
-  rate (0.7 TB/s at T=1). Where the gap is: bytes in flight per SM, not arithmetic.
+  rate (0.7 TB/s at T=1). Where the gap is: bytes in flight per SM, not arithmetic. Three FMA
+  configs of 512-1024 programs and a BF16x3 one of 512 were added after this reading; not yet run
+  on a GPU.
 
 Numerics (reference_model/ops.py router_logits, BEAM.md §4.1): BF16 x upcast exactly, FP32 weights,
 FP32 accumulation, FP32 logits, no TF32 anywhere.
@@ -94,7 +96,7 @@ def _block_t(use_mma: bool, t_bucket: int) -> int:
 
 
 def _gpu_configs() -> list[triton.Config]:
-    # FMA: (BLOCK_E, BLOCK_K, SPLIT_K, warps). 128-256 programs; a program streams 10-40 KB of W.
+    # FMA: (BLOCK_E, BLOCK_K, SPLIT_K, warps). 128-1024 programs; a program streams 5-40 KB of W.
     fma = [
         (1, 1024, 1, 4),  # 256 programs, whole rows, no fixup
         (2, 1024, 1, 8),  # 128 programs, whole rows, no fixup
@@ -102,13 +104,19 @@ def _gpu_configs() -> list[triton.Config]:
         (4, 512, 2, 4),
         (8, 256, 4, 4),  # fewer x re-reads for T = 8..16
         (16, 128, 8, 4),
+        # More programs per SM (Nsight Compute: the 128-program configs ran at 6.2% occupancy, the
+        # weight read at 0.7 TB/s at T = 1): 512-1024 programs of 5-10 KB each.
+        (1, 512, 2, 4),
+        (2, 256, 4, 4),
+        (1, 256, 4, 2),
     ]
-    # BF16x3: (BLOCK_E, BLOCK_K, SPLIT_K, warps, stages). For T <= 64 one token tile: 128-256 programs.
+    # BF16x3: (BLOCK_E, BLOCK_K, SPLIT_K, warps, stages). For T <= 64 one token tile: 128-512 programs.
     mma = [
         (16, 64, 8, 4, 3),
         (16, 32, 16, 4, 3),
         (32, 64, 16, 4, 3),
         (64, 64, 32, 4, 3),
+        (16, 64, 32, 4, 3),  # 512 programs (added after Nsight Compute, as the last three FMA ones)
         (32, 64, 2, 4, 4),  # T = 1000: 16 token tiles x 8 x 2 = 256 programs
         (16, 64, 1, 4, 4),  # T = 1000: 16 x 16 = 256 programs, no fixup
         (64, 64, 1, 4, 4),
