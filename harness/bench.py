@@ -15,16 +15,24 @@ so that clock and thermal drift hit them alike and their ratio means something.
   the timing says so.
 - Larger shapes: CUDA events around a window of calls on the real stream. The window holds at
   least `event_calls` calls and enough of them to cover `event_window_us` of GPU time (sized from
-  the last warm-up window, at most `event_calls_max`): the host synchronization before the end event
-  costs a few us per window, which three ~20 us calls (T=1000) would have carried at +-3 us each
-  (on the H200, the same flashinfer top-k timed 17.0, 26.7 and 33.5 us at T=1000 in three
-  children of one moe_route run). Before each window, outside it, the L2 is swept by READING a
-  buffer twice its size: the dirty lines the previous window left are written back during the
-  sweep, and the window's first call finds a cold L2 of clean lines (a sweep by writing, as first
-  done, left up to one L2 of dirty lines to be written back inside the window, ~14 us of traffic).
-  A spin kernel then holds the GPU
-  while the host enqueues the window's calls (GpuHold), so the window starts with every call
-  queued: what it times is the GPU's work, not the host's launch path, as a graph replay does.
+  the last warm-up window, at most `event_calls_max`): the host synchronization before the end
+  event costs a few us per window, which windows of three ~20 us calls (T=1000) carried at up to
+  +-3 us per call (on the H200, one flashinfer top-k timed 17.0, 26.7 and 33.5 us at T=1000 in three
+  children of one moe_route run; fuse_norm/persistent_prefetch at T=1000 read 23.66 us, p20-p80
+  21.9-25.4, and 13.93 us, 13.8-14.2, with 2 ms windows and the reading sweep below).
+- Before each event window, outside it, the L2 is swept by READING a buffer twice its size: the
+  dirty lines the previous window left are written back during the sweep, and the window's first
+  call finds a cold L2 of clean lines. The first sweep wrote the buffer, which left up to one L2
+  of dirty lines to be written back inside the window (for a 50 MB L2, about 12 us at the copy
+  rate: an upper bound from the sizes, not profiled).
+- A spin kernel then holds the GPU while the host enqueues the window's calls (GpuHold), so the
+  window starts with every call queued: what it times is the GPU's work, not the host's launch
+  path, as a graph replay does. Without the hold, on the H200, fuse_norm/row_per_program timed
+  83 us at T=1000 in the sandboxed benchmark child against 57 us in a plain process with this
+  module's timers (the same autotuned launch), and 239 against 207 us at T=16384 (Nsight Compute:
+  178 us, cold), while its graph replays, which time no launch, were no slower in the child (T=1
+  3.60 against 3.94 us, T=64 5.28 against 5.17): the child's slower launches were inside the
+  windows (inferred from these figures, not profiled).
 - Every window ends with a device-wide synchronization BEFORE its end event, so work left on a
   side stream is inside the window; its fixed cost (a few us) is amortized over the calls.
 - Warm-up windows first (compilation, autotuning, allocator), then `samples` windows per
