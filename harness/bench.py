@@ -8,18 +8,19 @@ so that clock and thermal drift hit them alike and their ratio means something.
 - Inputs rotate: ROTATIONS distinct input sets (from distinct seeds), enough to cover
   `l2_cover` x the L2 cache when they are small, so a call does not find its inputs L2-hot from
   the previous call (small decode activations stay L2-hot, as they are in a real decode step).
+- Every timed window holds at least `window_us` of GPU work, sized from the last warm-up window:
+  it ends with a host synchronization before its end event (below), a few us that vary, which a
+  short window spreads over few calls. On the H200, windows of three ~20 us calls (T=1000) timed
+  one flashinfer top-k at 17.0, 26.7 and 33.5 us in three children of one moe_route run, and
+  fuse_norm/persistent_prefetch at 23.66 us (p20-p80 21.9-25.4), then 13.93 us (13.8-14.2) with
+  2 ms windows and the reading sweep below.
 - Decode-size shapes (T <= decode_max_tokens): `graph_calls` calls, each on the next input set,
-  captured in one CUDA graph; one timed window = one replay; per-call time = window / graph_calls.
-  Graph replay removes the Python/launch overhead that would otherwise be most of a 3 us kernel.
-  If capture fails (a host synchronization in the implementation), events are used instead and
-  the timing says so.
-- Larger shapes: CUDA events around a window of calls on the real stream. The window holds at
-  least `event_calls` calls and enough of them to cover `event_window_us` of GPU time (sized from
-  the last warm-up window, at most `event_calls_max`): the host synchronization before the end
-  event costs a few us per window, which windows of three ~20 us calls (T=1000) carried at up to
-  +-3 us per call (on the H200, one flashinfer top-k timed 17.0, 26.7 and 33.5 us at T=1000 in three
-  children of one moe_route run; fuse_norm/persistent_prefetch at T=1000 read 23.66 us, p20-p80
-  21.9-25.4, and 13.93 us, 13.8-14.2, with 2 ms windows and the reading sweep below).
+  captured in one CUDA graph; a timed window replays it back to back (up to `graph_replays_max`
+  times); per-call time = window / calls. Graph replay removes the Python/launch overhead that
+  would otherwise be most of a 3 us kernel. If capture fails (a host synchronization in the
+  implementation), events are used instead and the timing says so.
+- Larger shapes: CUDA events around a window of calls on the real stream, at least `event_calls`
+  and at most `event_calls_max` of them.
 - Before each event window, outside it, the L2 is swept by READING a buffer twice its size: the
   dirty lines the previous window left are written back during the sweep, and the window's first
   call finds a cold L2 of clean lines. The first sweep wrote the buffer, which left up to one L2
@@ -79,9 +80,10 @@ class BenchSettings:
     min_samples: int = 10  # taken even when max_seconds runs out first
     max_seconds: float = 8.0  # per implementation and shape, over all samples
     decode_max_tokens: int = 64  # T <= this: CUDA-graph replay
-    graph_calls: int = 100  # calls captured per graph (one timed window)
-    event_calls: int = 3  # calls per timed window for larger shapes, at least
-    event_window_us: float = 2000.0  # ... and enough calls to fill this much GPU time per window
+    window_us: float = 2000.0  # GPU work per timed window, at least (sized in the warm-up; bounds below)
+    graph_calls: int = 100  # calls captured per graph; a window replays it back to back
+    graph_replays_max: int = 50  # replays per graph window, at most
+    event_calls: int = 3  # calls per event window (larger shapes), at least
     event_calls_max: int = 100  # ... at most
     rotations_max: int = 64  # input sets rotated through at most
     l2_cover: float = 2.0  # rotate enough input sets to cover this multiple of the L2 cache
@@ -92,13 +94,21 @@ class BenchSettings:
     def __post_init__(self) -> None:
         problems = [
             f"{name}={getattr(self, name)} must be >= 1"
-            for name in ("warmup_windows", "samples", "min_samples", "graph_calls", "event_calls", "rotations_max")
+            for name in (
+                "warmup_windows",
+                "samples",
+                "min_samples",
+                "graph_calls",
+                "graph_replays_max",
+                "event_calls",
+                "rotations_max",
+            )
             if getattr(self, name) < 1
         ]
         if self.event_calls_max < self.event_calls:
             problems.append(f"event_calls_max={self.event_calls_max} is below event_calls={self.event_calls}")
-        if self.event_window_us < 0:
-            problems.append(f"event_window_us={self.event_window_us} must be >= 0")
+        if self.window_us < 0:
+            problems.append(f"window_us={self.window_us} must be >= 0")
         if self.min_samples > self.samples:
             problems.append(f"min_samples={self.min_samples} exceeds samples={self.samples}")
         if self.max_seconds <= 0 or self.l2_cover < 0:
@@ -211,18 +221,31 @@ def _graph_timer(name: str, fn: Callable[..., Any], input_sets: list[dict], sett
     with torch.cuda.graph(graph):
         for i in range(settings.graph_calls):
             keep.append(fn(**input_sets[i % len(input_sets)]))
+    return _replay_timer(name, graph.replay, settings, keep=(graph, keep))
+
+
+def _replay_timer(name: str, replay: Callable[[], None], settings: BenchSettings, keep: Any = None) -> _Timer:
+    """Windows of back-to-back replays of a graph of `graph_calls` calls (one until resized)."""
     calls = settings.graph_calls
+    replays = [1]
 
     def window() -> float:
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         start.record()
-        graph.replay()
+        for _ in range(replays[0]):
+            replay()
         _synchronize()
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) * 1e3 / calls
+        return start.elapsed_time(end) * 1e3 / (calls * replays[0])
 
-    return _Timer(name, window, "cuda_graph", calls, keep=(graph, keep))
+    def resize(per_call_us: float) -> int:
+        most = settings.graph_replays_max
+        wanted = math.ceil(settings.window_us / (per_call_us * calls)) if per_call_us > 0 else most
+        replays[0] = max(1, min(most, wanted))
+        return calls * replays[0]
+
+    return _Timer(name, window, "cuda_graph", calls, keep=keep, resize=resize)
 
 
 class GpuHold:
@@ -291,7 +314,7 @@ def _event_timer(
         return start.elapsed_time(end) * 1e3 / calls[0]
 
     def resize(per_call_us: float) -> int:
-        wanted = math.ceil(settings.event_window_us / per_call_us) if per_call_us > 0 else settings.event_calls_max
+        wanted = math.ceil(settings.window_us / per_call_us) if per_call_us > 0 else settings.event_calls_max
         calls[0] = max(settings.event_calls, min(settings.event_calls_max, wanted))
         return calls[0]
 

@@ -416,7 +416,7 @@ def test_an_event_window_holds_the_gpu_until_its_calls_are_queued(monkeypatch):
 @pytest.mark.parametrize(("gpu_us", "calls"), [(5.0, 100), (20.0, 89), (190.0, 11), (900.0, 3)])
 def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls):
     """A window's host synchronization costs a few us: short calls are batched until a window holds
-    event_window_us of GPU time (at least event_calls, at most event_calls_max), sized in the warm-up;
+    window_us of GPU time (at least event_calls, at most event_calls_max), sized in the warm-up;
     every timed window then has that many calls, and the L2 is swept by reading before each. The
     size comes from a 3-call warm-up window, round trip included: 2000 / (20 + 8 / 3) -> 89 calls."""
     clock = [0.0]
@@ -454,7 +454,7 @@ def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls)
     monkeypatch.setattr(bench, "_spin", lambda cycles: None)
     monkeypatch.setattr(bench.GpuHold, "_calibrate", lambda self: 2000.0)
     sizes.append(0)
-    settings = bench.BenchSettings(warmup_windows=2, samples=10, min_samples=10, event_window_us=2000.0)
+    settings = bench.BenchSettings(warmup_windows=2, samples=10, min_samples=10, window_us=2000.0)
     timer = bench._event_timer("k", kernel, [{}], settings, FakeFlush(), None)
     (timing,) = bench.time_interleaved([timer], settings).values()
     assert timing.calls_per_window == calls and sizes[-11:-1] == [calls] * 10, sizes
@@ -462,6 +462,45 @@ def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls)
     assert timing.p50_us == pytest.approx(gpu_us + 8.0 / calls)  # the round trip, amortized over the window
     with pytest.raises(ValueError, match="event_calls_max=2 is below event_calls=3"):
         bench.BenchSettings(event_calls_max=2)
+
+
+@pytest.mark.parametrize(("gpu_us", "replays"), [(1.5, 13), (3.0, 7), (30.0, 1), (0.1, 50)])
+def test_graph_windows_replay_the_graph_until_they_hold_their_gpu_time(monkeypatch, gpu_us, replays):
+    """A decode-size window replays its 100-call graph back to back until it holds window_us of GPU
+    time (at most graph_replays_max times): the window's host round trip is spread over all of them.
+    Sized from one replay of the warm-up, round trip included: 2000 / (100 x 1.5 + 8) -> 13."""
+    clock = [0.0]
+    per_window: list[int] = [0]
+
+    class FakeEvent:
+        def __init__(self, enable_timing: bool):
+            self.t = 0.0
+
+        def record(self):
+            self.t = clock[0]
+
+        def synchronize(self):
+            pass
+
+        def elapsed_time(self, other) -> float:
+            return (other.t - self.t) / 1e3
+
+    def replay():
+        clock[0] += 100 * gpu_us
+        per_window[-1] += 1
+
+    def sync():
+        clock[0] += 8.0
+        per_window.append(0)
+
+    monkeypatch.setattr(bench, "_Event", FakeEvent)
+    monkeypatch.setattr(bench, "_synchronize", sync)
+    settings = bench.BenchSettings(warmup_windows=2, samples=10, min_samples=10, window_us=2000.0)
+    timer = bench._replay_timer("k", replay, settings)
+    (timing,) = bench.time_interleaved([timer], settings).values()
+    assert timing.method == "cuda_graph" and timing.calls_per_window == 100 * replays, timing
+    assert per_window[-11:-1] == [replays] * 10, per_window
+    assert timing.p50_us == pytest.approx(gpu_us + 8.0 / (100 * replays))
 
 
 def test_the_ceilings_are_timed_between_stream_events_with_the_gpu_held(monkeypatch):
