@@ -413,16 +413,10 @@ def test_an_event_window_holds_the_gpu_until_its_calls_are_queued(monkeypatch):
     assert [e[1] for e in log if e[0] == "call"] == [1, 0, 1]  # inputs keep rotating across windows
 
 
-@pytest.mark.parametrize(("gpu_us", "calls"), [(5.0, 100), (20.0, 89), (190.0, 11), (900.0, 3)])
-def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls):
-    """A window's host synchronization costs a few us: short calls are batched until a window holds
-    window_us of GPU time (at least event_calls, at most event_calls_max), sized in the warm-up;
-    every timed window then has that many calls, and the L2 is swept by reading before each. The
-    size comes from a 3-call warm-up window, round trip included: 2000 / (20 + 8 / 3) -> 89 calls."""
-    clock = [0.0]
-    sizes: list[int] = []
+def _clock_events(clock: list[float]):
+    """CUDA events that read a fake GPU clock in us (clock[0]), which the fake kernels advance."""
 
-    class FakeEvent:
+    class ClockEvent:
         def __init__(self, enable_timing: bool):
             self.t = 0.0
 
@@ -434,6 +428,18 @@ def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls)
 
         def elapsed_time(self, other) -> float:
             return (other.t - self.t) / 1e3
+
+    return ClockEvent
+
+
+@pytest.mark.parametrize(("gpu_us", "calls"), [(5.0, 100), (20.0, 89), (190.0, 11), (900.0, 3)])
+def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls):
+    """A window's host synchronization costs a few us: short calls are batched until a window holds
+    window_us of GPU time (at least event_calls, at most event_calls_max), sized in the warm-up;
+    every timed window then has that many calls, and the L2 is swept by reading before each. The
+    size comes from a 3-call warm-up window, round trip included: 2000 / (20 + 8 / 3) -> 89 calls."""
+    clock = [0.0]
+    sizes: list[int] = []
 
     class FakeFlush:
         reads = 0
@@ -449,7 +455,7 @@ def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls)
         clock[0] += 8.0  # the host's round trip before the end event
         sizes.append(0)
 
-    monkeypatch.setattr(bench, "_Event", FakeEvent)
+    monkeypatch.setattr(bench, "_Event", _clock_events(clock))
     monkeypatch.setattr(bench, "_synchronize", sync)
     monkeypatch.setattr(bench, "_spin", lambda cycles: None)
     monkeypatch.setattr(bench.GpuHold, "_calibrate", lambda self: 2000.0)
@@ -472,19 +478,6 @@ def test_graph_windows_replay_the_graph_until_they_hold_their_gpu_time(monkeypat
     clock = [0.0]
     per_window: list[int] = [0]
 
-    class FakeEvent:
-        def __init__(self, enable_timing: bool):
-            self.t = 0.0
-
-        def record(self):
-            self.t = clock[0]
-
-        def synchronize(self):
-            pass
-
-        def elapsed_time(self, other) -> float:
-            return (other.t - self.t) / 1e3
-
     def replay():
         clock[0] += 100 * gpu_us
         per_window[-1] += 1
@@ -493,7 +486,7 @@ def test_graph_windows_replay_the_graph_until_they_hold_their_gpu_time(monkeypat
         clock[0] += 8.0
         per_window.append(0)
 
-    monkeypatch.setattr(bench, "_Event", FakeEvent)
+    monkeypatch.setattr(bench, "_Event", _clock_events(clock))
     monkeypatch.setattr(bench, "_synchronize", sync)
     settings = bench.BenchSettings(warmup_windows=2, samples=10, min_samples=10, window_us=2000.0)
     timer = bench._replay_timer("k", replay, settings)
