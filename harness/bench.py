@@ -73,6 +73,11 @@ _perf_counter = time.perf_counter
 _spin = torch.cuda._sleep  # a one-thread kernel that spins for a number of GPU clock cycles
 
 
+# BenchSettings fields that count something: each must be >= 1
+_COUNTS = ("warmup_windows", "samples", "min_samples", "graph_calls", "graph_replays_max", "event_calls",
+           "rotations_max")  # fmt: skip
+
+
 @dataclass(frozen=True)
 class BenchSettings:
     warmup_windows: int = 3  # untimed windows first (compilation, autotuning, allocator)
@@ -92,19 +97,7 @@ class BenchSettings:
     gemm_size: int = 8192  # M = N = K of the GEMM-rate measurement
 
     def __post_init__(self) -> None:
-        problems = [
-            f"{name}={getattr(self, name)} must be >= 1"
-            for name in (
-                "warmup_windows",
-                "samples",
-                "min_samples",
-                "graph_calls",
-                "graph_replays_max",
-                "event_calls",
-                "rotations_max",
-            )
-            if getattr(self, name) < 1
-        ]
+        problems = [f"{name}={getattr(self, name)} must be >= 1" for name in _COUNTS if getattr(self, name) < 1]
         if self.event_calls_max < self.event_calls:
             problems.append(f"event_calls_max={self.event_calls_max} is below event_calls={self.event_calls}")
         if self.window_us < 0:
@@ -366,10 +359,10 @@ def time_interleaved(timers: list[_Timer], settings: BenchSettings) -> dict[str,
         for t in timers:
             if t.name not in failed:
                 warm(t)
-    for t in timers:  # event windows grow to their GPU-time target; one more untimed window at the new size
+    for t in timers:  # windows grow to window_us of GPU work; one more untimed window at the new size
         if t.resize is not None and t.name in last_us and (calls := t.resize(last_us[t.name])) != t.calls:
             t.calls = calls
-            warm(t)  # also sizes the GPU hold for the longer enqueue
+            warm(t)  # for event windows, this also sizes the GPU hold for the longer enqueue
     affordable = int(settings.max_seconds / slowest_window_s) if slowest_window_s > 0 else settings.samples
     samples = max(settings.min_samples, min(settings.samples, affordable))
     per_call: dict[str, list[float]] = {t.name: [] for t in timers}
