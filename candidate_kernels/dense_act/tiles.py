@@ -77,10 +77,12 @@ def _configs() -> list[triton.Config]:
     if _INTERPRET:
         # Several row and column tiles on the CPU shapes (masked edges in both), few programs to interpret.
         return [triton.Config({"BLOCK_T": 2, "BLOCK_F": 256}, num_warps=1)]
-    # (1, 128, 1) and (1, 256, 1): 160 / 80 programs of one warp for the latency-bound T <= 8, where
-    # 20 programs of 4 warps took 1.88 us at T = 1 against torch.compile's 1.61 on the H200.
-    shapes = ((1, 128, 1), (1, 256, 1), (1, 512, 2), (1, 1024, 4), (1, 2048, 4), (1, 2048, 8), (1, 4096, 8),
-              (2, 2048, 8), (4, 1024, 8))  # fmt: skip
+    # (BLOCK_T, BLOCK_F, warps) give a thread 1 to 16 elements. Few for the latency-bound T <= 64:
+    # each element is a dependent chain (expf, then the IEEE division and its slow-path branch); at
+    # T = 1 the one-warp 1 x 128 tiles (4 per thread) took 1.28 us of kernel time where
+    # torch.compile's 2 per thread took 1.06 (seventh session, PyTorch profiler).
+    shapes = ((1, 128, 4), (1, 256, 4), (1, 512, 4), (1, 128, 1), (1, 1024, 8), (1, 256, 1), (1, 512, 2),
+              (1, 1024, 4), (1, 2048, 8), (1, 2048, 4), (1, 4096, 8), (2, 2048, 8), (4, 1024, 8))  # fmt: skip
     return [triton.Config({"BLOCK_T": bt, "BLOCK_F": bf}, num_warps=w) for bt, bf, w in shapes]
 
 
