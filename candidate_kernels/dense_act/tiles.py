@@ -23,6 +23,11 @@ Fifth session (commit d73d845, decode-size configs autotuned as graph replays), 
   T=64 4.56 / 4.30 (slower), T=1000 43.98 / 53.82 (faster), T=16384 483.1 / 487.8 us (a tie; 98% of
   the copy floor). Goal still missed at T <= 64, by 0.24 us at T=1: the kernel is one load round
   trip and one store, like Inductor's; what costs the rest is not measured (Nsight Compute not run).
+Seventh session (commit 9a3c8c6, PyTorch profiler inside graph replays): at T=1 the kernel takes
+  1.28 us against compile's 1.06 (160 programs x 32 threads, 4 elements each, against 80 x 128
+  with 2 each); each element is a dependent expf + IEEE-division chain. Tiles of 1-4 elements per
+  thread were added (commit ed3e762); their run reached its step limit before the benchmark
+  finished: not yet measured.
 
 Numerics (reference_model/ops.py swiglu):
   out = bf16((g * sigmoid(g)) * u),  g = f32(gate), u = f32(up)      one rounding point
@@ -33,9 +38,10 @@ Numerics (reference_model/ops.py swiglu):
   kernel is launched with enable_fp_fusion=False like its siblings.
 
 Launch: a 1-D grid over [BLOCK_T, BLOCK_F] tiles, F-tiles fastest so that neighbouring programs
-stream neighbouring memory. Autotuned per (F, T bucket): at T = 1 small tiles (1 x 1024 -> 20
-programs) spread the 123 KB over 20 SMs; at T = 16384 larger tiles (up to 32 KB of input per
-program) keep more bytes in flight per SM and amortize the index math.
+stream neighbouring memory. Autotuned per (F, T bucket): at T = 1 narrow tiles over 4 warps (1 x
+128 .. 1 x 512: 160-40 programs, 1-4 elements per thread) keep each thread's dependent chain
+short; at T = 16384 larger tiles (up to 32 KB of input per program) keep more bytes in flight per
+SM and amortize the index math.
 
 Shape legend: T tokens, F dense d_ff.
 """

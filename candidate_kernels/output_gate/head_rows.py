@@ -28,6 +28,13 @@ Sixth session (commit 1062fb4, event windows of >= 2 ms): T=1 1.99 / 1.34 us, T=
   compile 98%). Nsight Compute (40282b2, one cold call): T=16384 146.1 us at 82% of DRAM peak,
   occupancy 35% of a theoretical 37.5% (79 registers); T=1 3.1 us on 3 programs of 4 warps. What
   compile's T=1 kernel does differently was not profiled.
+Seventh session: the PyTorch profiler inside graph replays (commit 9a3c8c6) put the T=1 gap in the
+  kernel itself, 1.73 us against compile's 1.02 (3 programs x 128 threads, 16 elements each,
+  against 48 x 128 with one element each); each element is a dependent expf + IEEE-division chain.
+  With tiles of 1-8 elements per thread (commit ed3e762), against the compile in the same child:
+  T=1 1.26 / 1.19 us, T=3 1.40 / 1.39, T=8 1.75 / 1.42, T=64 2.76 / 2.58, T=1000 12.77 / 12.59,
+  T=16384 153.1 / 147.2 us (the autotuner kept 16-element tiles there). Still not faster than
+  compile anywhere: goal missed by 0.07 us at T=1 and by 10 us (143 us) at T=16384.
 
 Numerics (reference_model/ops.py output_gate, BEAM.md §3.6):
   out = bf16(f32(o) * sigmoid(f32(g) + f32(b[h])))     one rounding point
@@ -41,9 +48,9 @@ Numerics (reference_model/ops.py output_gate, BEAM.md §3.6):
 Launch: grid = cdiv(T*H, BLOCK_R) programs over the flattened (token, head) rows; a row is one
 head of Dh = 128 contiguous elements (16 threads x 8 BF16), so every load is a 16-byte vector and
 the bias is one scalar per row. Autotuned per (H, Dh, T bucket) over BLOCK_R x num_warps: at T = 1
-(48 rows) small tiles spread the work over several SMs, each program's latency is one load round
-trip; at T = 16384 (786432 rows) larger tiles amortize the per-program index math and keep
-more bytes in flight per SM.
+(48 rows) tiles of 1-2 rows over 4 warps give a thread 1-2 elements, so its dependent chain is
+short and the work spreads over 24-48 SMs; at T = 16384 (786432 rows) larger tiles amortize the
+per-program index math and keep more bytes in flight per SM.
 
 Shape legend: T tokens, H query heads, Dh head dim, R flattened (token, head) rows.
 """
@@ -89,11 +96,8 @@ def _configs() -> list[triton.Config]:
     # branch), so at T = 1 16 elements per thread took 1.73 us of kernel time where torch.compile's
     # one element per thread took 1.02 (seventh session, PyTorch profiler). More than 32
     # (128 rows x 8 warps: ~195 registers) leaves one program per SM.
-    return [
-        triton.Config({"BLOCK_R": block_r}, num_warps=warps)
-        for block_r, warps in ((1, 4), (2, 4), (4, 4), (4, 1), (8, 4), (8, 2), (16, 8), (16, 4), (32, 8),
-                               (16, 2), (32, 4), (64, 8))  # fmt: skip
-    ]
+    tiles = ((1, 4), (2, 4), (4, 4), (4, 1), (8, 4), (8, 2), (16, 8), (16, 4), (32, 8), (16, 2), (32, 4), (64, 8))
+    return [triton.Config({"BLOCK_R": block_r}, num_warps=warps) for block_r, warps in tiles]
 
 
 def _prune(configs, named_args, **kwargs):
