@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import statistics
+import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,11 +25,10 @@ from typing import Any
 
 import torch
 
-from harness.profile_analysis import SUBLAYER, launches
+from harness.profile_analysis import range_launches, read_trace, trace_range_launches
 from harness.records import RECORDS_FILE, append, now_utc
 from reference_model.config import BF16_BYTES, BeamConfig
 
-SUBLAYER_RANGE = SUBLAYER
 GOALS = {"decode_floor_ratio_max": 1.25, "decode_speedup_vs_compiled_min": 1.3, "prefill_speedup_vs_compiled_min": 1.2}
 
 
@@ -52,26 +52,12 @@ def decode_floor_bytes(cfg: BeamConfig, context: int) -> dict[str, int]:
 
 
 # ---- kernel counts ------------------------------------------------------------------------------------
-def kernels_per_range(events: Sequence[Any], on_cuda: bool) -> dict[str, dict[str, int]]:
-    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each sublayer range of one step, counted as
-    `harness profile` counts them (harness/profile_analysis.py `launches`): on CUDA the device
-    kernels launched inside the range (by the range itself, e.g. a Triton launch, or by any op
-    below it), memcpy/memset apart; on the CPU the leaf ATen calls that compute something (Triton
-    kernels run by the interpreter are not ATen calls: they do not show there)."""
-    counts = {}
-    for evt in events:
-        if SUBLAYER_RANGE.match(evt.name) and evt.name not in counts:
-            kernels, copies = launches(evt, on_cuda)
-            counts[evt.name] = {"kernels": kernels, "copies": copies}
-    return counts
-
-
 def per_layer(counts: dict[str, dict[str, int]], cfg: BeamConfig) -> dict[str, Any]:
     """Kernels per layer (attention sublayer + MLP/MoE sublayer), per layer and averaged by kind.
 
-    A sublayer range the profile lacks (seen once on the H200: one MoE layer's range absent from the
-    profiler's events while its neighbours were there) leaves its layer out of the means, named under
-    "missing", rather than losing the whole benchmark."""
+    A sublayer range the profile lacks leaves its layer out of the means, named under "missing",
+    rather than losing the whole benchmark. (On the H200 prof.events() once lost L4.moe; the counts
+    now come from the chrome trace, which held it: see `profile_decode_step`.)"""
     layers, missing = [], []
     for layer in range(cfg.n_layers):
         ffn = "moe" if cfg.is_moe(layer) else "mlp"
@@ -93,7 +79,13 @@ def per_layer(counts: dict[str, dict[str, int]], cfg: BeamConfig) -> dict[str, A
 
 
 def profile_decode_step(step: Callable[[], object], on_cuda: bool) -> dict[str, dict[str, int]]:
-    """Kernel counts per sublayer range of one eager decode step."""
+    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each sublayer range of one eager decode step (and
+    "embedding", "lm_head", which `per_layer` does not read), counted as
+    `harness profile` counts them (harness/profile_analysis.py). On CUDA: the device kernels launched
+    inside the range (by the range itself, e.g. a Triton launch, or by any op below it), memcpy/memset
+    apart, read from the exported chrome trace, because prof.events() lost L4.moe on the H200 while the
+    trace kept it. On the CPU: the leaf ATen calls that compute something (Triton kernels run by the
+    interpreter are not ATen calls: they do not show there)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_cuda else [ProfilerActivity.CPU]
@@ -101,7 +93,12 @@ def profile_decode_step(step: Callable[[], object], on_cuda: bool) -> dict[str, 
         step()
         if on_cuda:
             torch.cuda.synchronize()
-    return kernels_per_range(prof.events(), on_cuda)
+    if not on_cuda:
+        return range_launches(prof.events())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return trace_range_launches(read_trace(path))
 
 
 # ---- the record ---------------------------------------------------------------------------------------

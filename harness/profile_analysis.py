@@ -10,6 +10,11 @@ the range's CPU time. `time_basis` says which. Kernels: on CUDA, the kernels (co
 apart) launched inside the range; on CPU, the leaf ATen calls that compute something (views,
 reshapes and allocations excluded): each would be at least one kernel launch on a GPU.
 
+The kernels per layer (and `harness bench model`'s) are counted, on CUDA, from the profile's chrome
+trace rather than from the events: on the H200 (torch 2.11) the events' tree lost one sublayer range
+(L4.moe, in every step; its ops were reattached to the step) that the exported trace holds with all
+its launches. The op and step tables, and every time, still come from the events.
+
 Every figure is per profiled step (the mean over steps) unless its name says otherwise. Shares are
 of the summed time of all ModelOps ops (they add up to 100%); the step's own total, which also
 holds the work between ops (the embedding lookup, cache bookkeeping, concatenations), is in
@@ -18,9 +23,13 @@ StepFigures. A sublayer range ("L3.moe") covers the sublayer and the norm bounda
 
 from __future__ import annotations
 
+import bisect
+import gzip
+import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -34,6 +43,10 @@ OP_NAMES = frozenset(ModelOps.__dataclass_fields__)
 SUBLAYER = re.compile(r"^L(\d+)\.(attention|mlp|moe)$")
 OUTER_SCOPES = ("embedding", "lm_head")
 COPY_PREFIXES = ("Memcpy", "Memset")
+# Chrome-trace categories: the host calls that launch device work (cudaLaunchKernel, cudaLaunchKernelExC,
+# cudaMemcpyAsync, ...; Triton launches through the driver: cuLaunchKernelEx), and the device work itself.
+LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
+DEVICE_WORK = {"kernel": "kernels", "gpu_memcpy": "copies", "gpu_memset": "copies"}
 # ATen calls that only make views, reshape metadata or allocate: no kernel on a GPU.
 NO_KERNEL_OPS = frozenset(
     f"aten::{name}" for name in (
@@ -105,6 +118,57 @@ def launches(evt, on_cuda: bool) -> tuple[int, int]:
     return kernels, copies
 
 
+def _is_scope(name: str) -> bool:
+    """A range the layer table reads: "embedding", "lm_head" or a sublayer ("L3.moe")."""
+    return name in OUTER_SCOPES or SUBLAYER.match(name) is not None
+
+
+def range_launches(events: Iterable[Any]) -> dict[str, dict[str, int]]:
+    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each scope range of a CPU profile, summed over
+    the range's occurrences (one per profiled step): the leaf ATen calls below it (`launches`)."""
+    counts: dict[str, dict[str, int]] = {}
+    for evt in events:
+        if _is_scope(evt.name):
+            kernels, copies = launches(evt, on_cuda=False)
+            acc = counts.setdefault(evt.name, {"kernels": 0, "copies": 0})
+            acc["kernels"] += kernels
+            acc["copies"] += copies
+    return counts
+
+
+def trace_range_launches(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each scope range of a CUDA chrome trace, summed
+    over the range's occurrences (one per profiled step). Device work (a kernel; a memcpy or memset is a
+    copy) belongs to a range when the host call that launched it, linked by the "correlation" arg,
+    started inside the range on the range's thread: where the GPU ran it later does not matter.
+    Work whose launch the trace lacks (launched before the profile began) is in no range."""
+    events = trace["traceEvents"]
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in LAUNCH_CATEGORIES}
+    launched: dict[tuple[int, int], list[tuple[float, str]]] = {}  # (pid, tid) -> [(launch ts, kind)]
+    for e in events:
+        call = calls.get(e["args"]["correlation"]) if e.get("cat") in DEVICE_WORK else None
+        if call is not None:
+            launched.setdefault((call["pid"], call["tid"]), []).append((call["ts"], DEVICE_WORK[e["cat"]]))
+    for starts in launched.values():
+        starts.sort()
+    counts: dict[str, dict[str, int]] = {}
+    for e in events:
+        if e.get("cat") == "user_annotation" and _is_scope(e["name"]):
+            starts = launched.get((e["pid"], e["tid"]), [])
+            first = bisect.bisect_left(starts, e["ts"], key=lambda s: s[0])
+            last = bisect.bisect_right(starts, e["ts"] + e["dur"], key=lambda s: s[0])
+            acc = counts.setdefault(e["name"], {"kernels": 0, "copies": 0})
+            for _, kind in starts[first:last]:
+                acc[kind] += 1
+    return counts
+
+
+def read_trace(path: Path) -> dict[str, Any]:
+    """A chrome trace as prof.export_chrome_trace wrote it (gzipped where the name ends in .gz)."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
+        return json.load(f)
+
+
 def _times(evt, on_cuda: bool) -> tuple[float, float]:
     """(time, host time) of a range in microseconds; time is device time on CUDA."""
     host = evt.cpu_time_total
@@ -120,7 +184,7 @@ def _ranges_in_step(step) -> tuple[list[tuple[Any, str]], list[Any]]:
         if evt.name in OP_NAMES:
             ops.append((evt, scope))
             continue  # ops do not nest: whatever runs inside belongs to this op
-        if evt.name in OUTER_SCOPES or SUBLAYER.match(evt.name):
+        if _is_scope(evt.name):
             scope = evt.name
             scopes.append(evt)
         stack.extend((child, scope) for child in reversed(evt.cpu_children))
@@ -176,9 +240,7 @@ def _call_rows(events, calls, on_cuda: bool, copy_gbps: float | None, gemm_tflop
     scope_rows = []
     for evt in scope_events:
         time_us, host_us = _times(evt, on_cuda)
-        kernels, copies = launches(evt, on_cuda)
-        scope_rows.append({"scope": evt.name, "time_us": time_us, "host_us": host_us, "kernels": kernels,
-                           "copies": copies})  # fmt: skip
+        scope_rows.append({"scope": evt.name, "time_us": time_us, "host_us": host_us})
     return rows, scope_rows, steps
 
 
@@ -216,13 +278,16 @@ def _aggregate(rows: Sequence[dict], keys: tuple[str, ...], n_steps: int, ops_to
     return frame.sort_values("time_per_step_us", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _layers(scope_rows: Sequence[dict], cfg: BeamConfig, n_steps: int) -> pd.DataFrame:
-    per_scope: dict[str, dict[str, float]] = {}
-    for r in scope_rows:
-        acc = per_scope.setdefault(r["scope"], {"time_us": 0.0, "host_us": 0.0, "kernels": 0, "copies": 0})
-        for k in acc:
-            acc[k] += r[k]
+def _layers(scope_rows: Sequence[dict], counts: dict[str, dict[str, int]], cfg: BeamConfig,
+            n_steps: int) -> pd.DataFrame:  # fmt: skip
+    """Times from the events' scope ranges; kernels and copies from `counts` (range_launches or
+    trace_range_launches), which on CUDA may hold a range the events lost."""
     empty = {"time_us": 0.0, "host_us": 0.0, "kernels": 0, "copies": 0}
+    per_scope: dict[str, dict[str, float]] = {name: empty | c for name, c in counts.items()}
+    for r in scope_rows:
+        acc = per_scope.setdefault(r["scope"], dict(empty))
+        acc["time_us"] += r["time_us"]
+        acc["host_us"] += r["host_us"]
 
     def row(part, layer, attention, ffn, parts) -> dict:
         got = [per_scope.get(p, empty) for p in parts]
@@ -245,8 +310,10 @@ def _layers(scope_rows: Sequence[dict], cfg: BeamConfig, n_steps: int) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def analyze(events, calls, cfg: BeamConfig, n_steps: int, on_cuda: bool, copy_gbps: float | None,
-            gemm_tflops: float | None, step_range: str) -> ProfileTables:  # fmt: skip
+def analyze(events, trace: dict[str, Any] | None, calls, cfg: BeamConfig, n_steps: int, on_cuda: bool,
+            copy_gbps: float | None, gemm_tflops: float | None, step_range: str) -> ProfileTables:  # fmt: skip
+    """`trace`: the same profile's chrome trace, which the kernels per layer are counted from on CUDA
+    (None on CPU, where they come from the events)."""
     rows, scope_rows, steps = _call_rows(events, calls, on_cuda, copy_gbps, gemm_tflops, step_range)
     if len(steps) != n_steps:
         raise ProfileMismatch(f"expected {n_steps} '{step_range}' ranges in the profile; found {len(steps)}")
@@ -267,7 +334,7 @@ def analyze(events, calls, cfg: BeamConfig, n_steps: int, on_cuda: bool, copy_gb
     return ProfileTables(
         ops=_aggregate(rows, ("op",), n_steps, ops_total),
         sites=_aggregate(rows, ("op", "site"), n_steps, ops_total),
-        layers=_layers(scope_rows, cfg, n_steps),
+        layers=_layers(scope_rows, trace_range_launches(trace) if on_cuda else range_launches(events), cfg, n_steps),
         step=figures,
         not_called=tuple(sorted(OP_NAMES - ran)),
         has_floor=copy_gbps is not None,

@@ -329,12 +329,13 @@ def execute(plan: Plan) -> int:
         for _ in range(plan.steps):
             step()
     log.recording = False
-    tables = profile_analysis.analyze(
-        prof.events(), log.calls, cfg, plan.steps, plan.on_cuda, copy_gbps, gemm_tflops, STEP_RANGE
-    )
     plan.run_dir.mkdir(parents=True)
     trace = plan.run_dir / profile_summary.TRACE_FILE
-    prof.export_chrome_trace(str(trace))
+    prof.export_chrome_trace(str(trace))  # on CUDA the kernels per layer are counted from it
+    tables = profile_analysis.analyze(
+        prof.events(), profile_analysis.read_trace(trace) if plan.on_cuda else None, log.calls, cfg, plan.steps,
+        plan.on_cuda, copy_gbps, gemm_tflops, STEP_RANGE,
+    )  # fmt: skip
     written = profile_summary.write(plan, tables, copy_gbps, gemm_tflops, environment.capture().to_dict())
     print(profile_summary.console_summary(tables, plan.settings.top))
     print(f"written to {plan.run_dir}/: " + ", ".join(p.name for p in [*written, trace]))

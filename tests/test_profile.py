@@ -19,10 +19,11 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from harness import profile_kernel
+from harness import profile_analysis, profile_kernel
 from harness import profile_kernel_records as kr
+from harness.environment import REPO_ROOT
 from harness.profile import ProfileSettings, main
-from harness.profile_analysis import OP_NAMES
+from harness.profile_analysis import OP_NAMES, OUTER_SCOPES
 from harness.profile_model import OP_SHAPES, CallLog, traced_ops
 from harness.profile_summary import no_task_reason
 from reference_model.cache import KVCache, fill_synthetic_context
@@ -134,6 +135,35 @@ def test_kernels_per_layer(runs):
     # a sublayer's kernels include the norm boundary after it; all layers' together stay within the step
     step = json.loads((runs["decode"] / "profile.json").read_text())["step"]
     assert layers["kernels_per_step"].sum() <= step["kernels"]
+
+
+H200_DECODE = REPO_ROOT / "profiles" / "beam-slice-decode-reference-cuda-20261130T072238Z"
+
+
+def test_the_committed_h200_trace_holds_the_range_its_events_lost():
+    """`harness profile model=beam-slice` on the H200: prof.events() lost L4.moe in all 5 steps (its
+    layers.csv says 0 kernels there); counted from the same run's chrome trace, every range is present
+    and every range the events kept has the count layers.csv recorded."""
+    cfg = get_config("beam-slice")
+    steps = json.loads((H200_DECODE / "profile.json").read_text())["steps"]
+    counts = profile_analysis.trace_range_launches(profile_analysis.read_trace(H200_DECODE / "trace.json.gz"))
+    per_step = {name: {k: n / steps for k, n in c.items()} for name, c in counts.items()}
+    sublayers = [[f"L{i}.attention", f"L{i}.{'moe' if cfg.is_moe(i) else 'mlp'}"] for i in range(cfg.n_layers)]
+    assert sorted(per_step) == sorted(["embedding", *sum(sublayers, []), "lm_head"])
+    assert [[per_step[n]["kernels"] for n in pair] for pair in sublayers] == [
+        [95, 34], [95, 34], [95, 34], [95, 61], [95, 61], [79, 61]]  # fmt: skip
+    # L4.moe: 58 cudaLaunchKernel + 3 Triton cuLaunchKernelEx; one memcpy and two memsets
+    assert per_step["L4.moe"] == {"kernels": 61, "copies": 3}
+    layers = _table(H200_DECODE, "layers").set_index("part")
+    assert layers.loc["L4", "ffn_kernels"] == 0 and layers.loc["L4", "copies_per_step"] == 2  # what the events said
+    for layer, (attention, ffn) in enumerate(sublayers):
+        row = layers.loc[f"L{layer}"]
+        assert per_step[attention]["kernels"] == row["attention_kernels"]
+        if layer != 4:
+            assert per_step[ffn]["kernels"] == row["ffn_kernels"]
+            assert per_step[attention]["copies"] + per_step[ffn]["copies"] == row["copies_per_step"]
+    for part in OUTER_SCOPES:
+        assert per_step[part]["kernels"] == layers.loc[part, "kernels_per_step"]
 
 
 def test_summary_names_the_dominating_ops_and_their_tasks(runs):
