@@ -88,6 +88,7 @@ TASK = Task(
         _shape("tiny T=1", _TINY, 1),
         _shape("tiny T=3", _TINY, 3),
         _shape("tiny T=8", _TINY, 8),
+        _shape("tiny T=70", _TINY, 70),  # past both candidates' decode limits (8, 64): their prefill kernels too
     ),
     cost=cost,
     description="packed q|k|v|gate projection, one BF16 GEMM 5120 -> 14336 (BEAM.md §3.1, §6 #5)",
