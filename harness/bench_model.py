@@ -336,16 +336,16 @@ def count_kernels(model: Beam, decode: DecodeBench, configs: dict[str, tuple[Mod
 
 
 def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, bool]],
-                count_configs: dict[str, tuple[ModelOps, bool]], echo: Callable[[str], None]
+                count_configs: dict[str, tuple[ModelOps, bool]], echo: Callable[[str], None], began: float
                 ) -> tuple[dict[str, Measurement], dict[str, dict | None], list[str]]:  # fmt: skip
     """Kernel counts and decode for every variant, then prefill for every variant (one cache alive at
     a time). A variant that fails is recorded with its error and the others go on: one broken path
-    must not cost the whole GPU run."""
+    must not cost the whole GPU run. Progress lines carry the seconds since `began`."""
     results = {v.name: Measurement() for v, _, _ in runs}
     failures: list[str] = []
-    began = time.perf_counter()
     decode = DecodeBench(model, plan)
     counts = count_kernels(model, decode, count_configs, failures)
+    echo(f"  {_since(began)} kernels counted: {', '.join(count_configs)}")
     for variant, ops, packed in runs:
         m = results[variant.name]
         try:
@@ -360,7 +360,7 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
         except Exception as e:  # the variant's failure is data; the harness goes on with the others
             m.errors.append(f"decode: {_error_line(e)}")
             echo(traceback.format_exc(limit=3))
-        echo(f"  [{time.perf_counter() - began:6.1f} s] decode  {variant.name:<24} {_fmt(m.decode_ms)} ms")
+        echo(f"  {_since(began)} decode  {variant.name:<24} {_fmt(m.decode_ms)} ms")
     del decode
     _release(plan.device)
     prefill = PrefillBench(model, plan)
@@ -377,11 +377,15 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
         except Exception as e:
             m.errors.append(f"prefill: {_error_line(e)}")
             echo(traceback.format_exc(limit=3))
-        echo(f"  [{time.perf_counter() - began:6.1f} s] prefill {variant.name:<24} {_fmt(m.prefill_ms)} ms")
+        echo(f"  {_since(began)} prefill {variant.name:<24} {_fmt(m.prefill_ms)} ms")
     del prefill
     _release(plan.device)
     apply_variant(model, REFERENCE_OPS, False)
     return results, counts, failures
+
+
+def _since(began: float) -> str:
+    return f"[{time.perf_counter() - began:6.1f} s]"
 
 
 def _fmt(ms: float | None) -> str:
@@ -414,6 +418,7 @@ def bench(settings: BenchModelSettings, echo: Callable[[str], None] = print) -> 
     from harness import bench as op_bench
     from harness import bench_model_report as report
 
+    began = time.perf_counter()  # every phase is stamped from here, so a run cut short shows where the time went
     plan = make_plan(settings)
     if not plan.on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any candidate kernel is decorated
@@ -425,16 +430,19 @@ def bench(settings: BenchModelSettings, echo: Callable[[str], None] = print) -> 
     echo(f"bench model: {cfg.name} on {env.device}; {settings.command()}")
     if not plan.on_gpu:
         echo("  (CPU, Triton interpreter: timings are NOT meaningful; no CUDA graph, compiled peer or floor)")
-    began = time.perf_counter()
     model = random_model(cfg, settings.seed, plan.device, pack_qkv_gate=True)
-    echo(f"  model built in {time.perf_counter() - began:.1f} s")
+    echo(f"  {_since(began)} model built")
     runs, optimized, _ = build_runs(plan, model, echo)
+    echo(f"  {_since(began)} {len(runs)} variants built (candidates loaded and probed, library paths probed)")
     copy_gbps = op_bench.measure_copy_gbps(op_bench.BenchSettings()) if plan.on_gpu else None
+    if copy_gbps is not None:
+        echo(f"  {_since(began)} copy bandwidth {copy_gbps:.0f} GB/s")
     configs = {"reference": (REFERENCE_OPS, False), "optimized": (optimized.ops, optimized.pack_qkv_gate)}
-    results, counts, failures = measure_all(model, plan, runs, configs, echo)
+    results, counts, failures = measure_all(model, plan, runs, configs, echo, began)
     record = report.make_record(plan, env.to_dict(), [v for v, _, _ in runs], results, optimized, counts, copy_gbps,
                                 time.perf_counter() - began, failures)  # fmt: skip
     paths = report.write(record, Path(settings.out))
+    echo(f"  {_since(began)} record, summary and chart written")
     echo(report.console_table(record.to_dict()))
     echo(f"records: {paths['records']}\nsummary: {paths['summary']}\nchart:   {paths['chart']}")
     return 0 if not record.failures else 1

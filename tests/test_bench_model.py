@@ -4,6 +4,7 @@ whole run on the CPU (beam-tiny, interpreter) that writes its record, chart and 
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -162,6 +163,13 @@ def test_bench_model_runs_on_cpu_and_writes_record_chart_and_summary(tmp_path, c
     assert f"]({chart.name})" in summary and "not meaningful" in summary
     out = capsys.readouterr().out
     assert "timings NOT meaningful" in out and "-output_gate" in out
+    # every phase is stamped with the seconds since the start, so a run cut short shows where its time went
+    stamped = re.findall(r"^  \[ *([\d.]+) s\] (.+)$", out, re.MULTILINE)
+    phases = [text for _, text in stamped]
+    assert phases[:2] == ["model built", "5 variants built (candidates loaded and probed, library paths probed)"]
+    assert phases[2] == "kernels counted: reference, optimized" and phases[-1] == "record, summary and chart written"
+    assert len(phases) == 4 + 2 * len(names)  # and a decode and a prefill line per variant
+    assert [float(s) for s, _ in stamped] == sorted(float(s) for s, _ in stamped)
 
 
 def test_an_unknown_task_in_ops_names_the_known_ones(tmp_path):
