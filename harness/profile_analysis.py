@@ -1,19 +1,26 @@
-"""Profiler events -> the model profile's tables (pandas): per op, per call site, per layer, per step.
+"""Profiler output -> the model profile's tables (pandas): per op, per call site, per layer, per step.
 
-Input: the events of torch.profiler (their CPU tree: ranges with their children, and on CUDA the
-kernels each op launched, attached by correlation id), the profiled steps' "profile.step" ranges,
-and the traced ops' call log (harness/profile_model.py), one OpCall per op range in the same order.
+Input: the profiled steps' ranges ("profile.step"), the op ranges inside them (record_function ranges
+named after ModelOps fields) with the scope around each ("embedding", "lm_head", a sublayer "L3.moe";
+"step" where none), the scope ranges, and the traced ops' call log (harness/profile_model.py), one
+OpCall per op range in the same order.
 
-Time: on CUDA, an op's time is its device time, the summed duration of the kernels launched inside
-its range (what the GPU spent on it, not the host's launch time, which is `host_*`); on CPU it is
-the range's CPU time. `time_basis` says which. Kernels: on CUDA, the kernels (copies and memsets
-apart) launched inside the range; on CPU, the leaf ATen calls that compute something (views,
-reshapes and allocations excluded): each would be at least one kernel launch on a GPU.
+Where they come from: on CUDA, every figure of every table comes from the profile's exported chrome
+trace (`trace_ranges`), not from prof.events(). On the H200 (torch 2.11) the events' tree lost one
+sublayer range (L4.moe, in every step; its ops were reattached to the step), and in the prefill
+profile the events attached more kernels to the ranges than the trace holds in all (24822 per step
+against 22600 kernel events, "GPU busy 121%"). In the trace a range is a "user_annotation" event;
+device work (a kernel, a memcpy or memset) belongs to it when the host call that launched it
+("cuda_runtime" or "cuda_driver", linked by the "correlation" arg) started inside the range on the
+range's thread, whenever the GPU ran it. On CPU the figures come from prof.events() (`event_ranges`):
+the ranges' tree.
 
-The kernels per layer (and `harness bench model`'s) are counted, on CUDA, from the profile's chrome
-trace rather than from the events: on the H200 (torch 2.11) the events' tree lost one sublayer range
-(L4.moe, in every step; its ops were reattached to the step) that the exported trace holds with all
-its launches. The op and step tables, and every time, still come from the events.
+Time: on CUDA, a range's time is its device time, the summed duration of the device work (kernels and
+copies) launched inside it (what the GPU spent on it, not the host's launch time, which is `host_*`,
+the range's own duration); on CPU it is the range's CPU time. `time_basis` says which. Kernels: on
+CUDA, the kernels launched inside the range, memcpys and memsets counted apart as copies; on CPU, the
+leaf ATen calls that compute something (views, reshapes and allocations excluded): each would be at
+least one kernel launch on a GPU.
 
 Every figure is per profiled step (the mean over steps) unless its name says otherwise. Shares are
 of the summed time of all ModelOps ops (they add up to 100%); the step's own total, which also
@@ -42,7 +49,6 @@ from reference_model.ops import ModelOps
 OP_NAMES = frozenset(ModelOps.__dataclass_fields__)
 SUBLAYER = re.compile(r"^L(\d+)\.(attention|mlp|moe)$")
 OUTER_SCOPES = ("embedding", "lm_head")
-COPY_PREFIXES = ("Memcpy", "Memset")
 # Chrome-trace categories: the host calls that launch device work (cudaLaunchKernel, cudaLaunchKernelExC,
 # cudaMemcpyAsync, ...; Triton launches through the driver: cuLaunchKernelEx), and the device work itself.
 LAUNCH_CATEGORIES = frozenset({"cuda_runtime", "cuda_driver"})
@@ -67,7 +73,7 @@ class StepFigures:
     steps: int
     time_basis: str  # "gpu kernels" or "cpu"
     host_ms: float  # wall time of a step on the host (synchronized with the GPU at its end)
-    device_ms: float  # summed kernel time of a step (CUDA); the CPU time on CPU
+    device_ms: float  # summed device time (kernels and copies) of a step (CUDA); the CPU time on CPU
     ops_ms: float  # of which inside ModelOps ops
     kernels: float
     copies: float
@@ -93,7 +99,34 @@ class ProfileTables:
     has_floor: bool  # floors and floor fractions were computed (measured GPU ceilings)
 
 
-# ---- walking the event tree -------------------------------------------------------------------------
+# ---- the ranges ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Span:
+    """One profiler range's figures: an op call, a scope ("L3.moe") or a step."""
+
+    name: str
+    time_us: float  # device time on CUDA (kernels and copies), CPU time on CPU
+    host_us: float  # the range's own duration on the host
+    kernels: int
+    copies: int
+
+
+@dataclass(frozen=True)
+class Ranges:
+    """The profiled steps' ranges, read from the events (CPU) or the chrome trace (CUDA)."""
+
+    time_basis: str  # "gpu kernels" or "cpu"
+    steps: list[Span]
+    ops: list[tuple[Span, str]]  # each op range with its innermost scope ("step" where none), in call order
+    scopes: list[Span]
+
+
+def _is_scope(name: str) -> bool:
+    """A range the layer table reads: "embedding", "lm_head" or a sublayer ("L3.moe")."""
+    return name in OUTER_SCOPES or SUBLAYER.match(name) is not None
+
+
+# ---- CPU: the events' tree -------------------------------------------------------------------------
 def _subtree(evt) -> Iterable[Any]:
     stack = [evt]
     while stack:
@@ -102,77 +135,21 @@ def _subtree(evt) -> Iterable[Any]:
         stack.extend(e.cpu_children)
 
 
-def launches(evt, on_cuda: bool) -> tuple[int, int]:
-    """(kernels, copies) launched inside one range."""
-    kernels = copies = 0
-    for e in _subtree(evt):
-        if on_cuda:
-            for k in e.kernels:
-                if k.name.startswith(COPY_PREFIXES):
-                    copies += 1
-                else:
-                    kernels += 1
-        elif (e.name.startswith("aten::") and e.name not in NO_KERNEL_OPS
-              and not any(c.name.startswith("aten::") for c in e.cpu_children)):  # fmt: skip
-            kernels += 1
-    return kernels, copies
-
-
-def _is_scope(name: str) -> bool:
-    """A range the layer table reads: "embedding", "lm_head" or a sublayer ("L3.moe")."""
-    return name in OUTER_SCOPES or SUBLAYER.match(name) is not None
+def _computing_calls(evt) -> int:
+    """The leaf ATen calls inside one range that compute something: each would be a kernel on a GPU."""
+    return sum(e.name.startswith("aten::") and e.name not in NO_KERNEL_OPS
+               and not any(c.name.startswith("aten::") for c in e.cpu_children) for e in _subtree(evt))  # fmt: skip
 
 
 def range_launches(events: Iterable[Any]) -> dict[str, dict[str, int]]:
-    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each scope range of a CPU profile, summed over
-    the range's occurrences (one per profiled step): the leaf ATen calls below it (`launches`)."""
+    """{"L3.moe": {"kernels": n, "copies": 0}, ...} for each scope range of a CPU profile, summed over
+    the range's occurrences (one per profiled step): the leaf ATen calls below it that compute."""
     counts: dict[str, dict[str, int]] = {}
     for evt in events:
         if _is_scope(evt.name):
-            kernels, copies = launches(evt, on_cuda=False)
             acc = counts.setdefault(evt.name, {"kernels": 0, "copies": 0})
-            acc["kernels"] += kernels
-            acc["copies"] += copies
+            acc["kernels"] += _computing_calls(evt)
     return counts
-
-
-def trace_range_launches(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each scope range of a CUDA chrome trace, summed
-    over the range's occurrences (one per profiled step). Device work (a kernel; a memcpy or memset is a
-    copy) belongs to a range when the host call that launched it, linked by the "correlation" arg,
-    started inside the range on the range's thread: where the GPU ran it later does not matter.
-    Work whose launch the trace lacks (launched before the profile began) is in no range."""
-    events = trace["traceEvents"]
-    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in LAUNCH_CATEGORIES}
-    launched: dict[tuple[int, int], list[tuple[float, str]]] = {}  # (pid, tid) -> [(launch ts, kind)]
-    for e in events:
-        call = calls.get(e["args"]["correlation"]) if e.get("cat") in DEVICE_WORK else None
-        if call is not None:
-            launched.setdefault((call["pid"], call["tid"]), []).append((call["ts"], DEVICE_WORK[e["cat"]]))
-    for starts in launched.values():
-        starts.sort()
-    counts: dict[str, dict[str, int]] = {}
-    for e in events:
-        if e.get("cat") == "user_annotation" and _is_scope(e["name"]):
-            starts = launched.get((e["pid"], e["tid"]), [])
-            first = bisect.bisect_left(starts, e["ts"], key=lambda s: s[0])
-            last = bisect.bisect_right(starts, e["ts"] + e["dur"], key=lambda s: s[0])
-            acc = counts.setdefault(e["name"], {"kernels": 0, "copies": 0})
-            for _, kind in starts[first:last]:
-                acc[kind] += 1
-    return counts
-
-
-def read_trace(path: Path) -> dict[str, Any]:
-    """A chrome trace as prof.export_chrome_trace wrote it (gzipped where the name ends in .gz)."""
-    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
-        return json.load(f)
-
-
-def _times(evt, on_cuda: bool) -> tuple[float, float]:
-    """(time, host time) of a range in microseconds; time is device time on CUDA."""
-    host = evt.cpu_time_total
-    return (evt.device_time_total if on_cuda else host), host
 
 
 def _ranges_in_step(step) -> tuple[list[tuple[Any, str]], list[Any]]:
@@ -189,6 +166,94 @@ def _ranges_in_step(step) -> tuple[list[tuple[Any, str]], list[Any]]:
             scopes.append(evt)
         stack.extend((child, scope) for child in reversed(evt.cpu_children))
     return ops, scopes
+
+
+def _event_span(evt) -> Span:
+    return Span(evt.name, evt.cpu_time_total, evt.cpu_time_total, _computing_calls(evt), 0)
+
+
+def event_ranges(events: Iterable[Any], step_range: str) -> Ranges:
+    """The ranges of a CPU profile, from prof.events(): time is CPU time, kernels the computing leaf ATen calls."""
+    steps = [e for e in events if e.name == step_range and e.device_type == DeviceType.CPU]
+    ops, scopes = [], []
+    for step in steps:
+        step_ops, step_scopes = _ranges_in_step(step)
+        ops += [(_event_span(evt), scope) for evt, scope in step_ops]
+        scopes += [_event_span(evt) for evt in step_scopes]
+    return Ranges("cpu", [_event_span(s) for s in steps], ops, scopes)
+
+
+# ---- CUDA: the chrome trace ------------------------------------------------------------------------
+def read_trace(path: Path) -> dict[str, Any]:
+    """A chrome trace as prof.export_chrome_trace wrote it (gzipped where the name ends in .gz)."""
+    with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
+        return json.load(f)
+
+
+Launched = dict[tuple[int, int], list[tuple[float, str, float]]]
+
+
+def _launched(trace: dict[str, Any]) -> Launched:
+    """The trace's device work by the host thread that launched it: (pid, tid) -> [(launch start, "kernels"
+    or "copies", device duration)], sorted by launch. A kernel, memcpy or memset is linked to the host
+    call that launched it by the "correlation" arg; work whose launch the trace lacks (launched before
+    the profile began) is left out."""
+    events = trace["traceEvents"]
+    calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in LAUNCH_CATEGORIES}
+    launched: Launched = {}
+    for e in events:
+        call = calls.get(e["args"]["correlation"]) if e.get("cat") in DEVICE_WORK else None
+        if call is not None:
+            launched.setdefault((call["pid"], call["tid"]), []).append((call["ts"], DEVICE_WORK[e["cat"]], e["dur"]))
+    for work in launched.values():
+        work.sort()
+    return launched
+
+
+def _trace_span(e: dict[str, Any], launched: Launched) -> Span:
+    """A trace range's figures: the device work whose launch call started inside the range on the range's
+    thread (where and when the GPU ran it does not matter: a kernel still queued when the range ended
+    counts), and the range's own duration as host time."""
+    work = launched.get((e["pid"], e["tid"]), [])
+    inside = work[bisect.bisect_left(work, e["ts"], key=lambda w: w[0]):
+                  bisect.bisect_right(work, e["ts"] + e["dur"], key=lambda w: w[0])]  # fmt: skip
+    kernels = sum(kind == "kernels" for _, kind, _ in inside)
+    return Span(e["name"], sum(dur for _, _, dur in inside), e["dur"], kernels, len(inside) - kernels)
+
+
+def trace_range_launches(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
+    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each scope range of a CUDA chrome trace, summed
+    over the range's occurrences (one per profiled step), counted as `_trace_span` counts them."""
+    launched = _launched(trace)
+    counts: dict[str, dict[str, int]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "user_annotation" and _is_scope(e["name"]):
+            span = _trace_span(e, launched)
+            acc = counts.setdefault(e["name"], {"kernels": 0, "copies": 0})
+            acc["kernels"] += span.kernels
+            acc["copies"] += span.copies
+    return counts
+
+
+def trace_ranges(trace: dict[str, Any], step_range: str) -> Ranges:
+    """The ranges of a CUDA profile, from its chrome trace: every record_function range is a
+    "user_annotation" event. An op range belongs to the step range its start lies in, on the same
+    thread, and to the innermost scope range around its start there ("step" where none)."""
+    launched = _launched(trace)
+    annotations = sorted((e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"),
+                         key=lambda e: e["ts"])  # fmt: skip
+    steps = [e for e in annotations if e["name"] == step_range]
+    ops, scopes = [], []
+    for step in steps:
+        inside = [e for e in annotations if (e["pid"], e["tid"]) == (step["pid"], step["tid"])
+                  and step["ts"] <= e["ts"] <= step["ts"] + step["dur"]]  # fmt: skip
+        step_scopes = [e for e in inside if _is_scope(e["name"])]
+        for e in inside:
+            if e["name"] in OP_NAMES:
+                around = [s["name"] for s in step_scopes if s["ts"] <= e["ts"] <= s["ts"] + s["dur"]]
+                ops.append((_trace_span(e, launched), around[-1] if around else "step"))
+        scopes += [_trace_span(e, launched) for e in step_scopes]
+    return Ranges("gpu kernels", [_trace_span(s, launched) for s in steps], ops, scopes)
 
 
 def _kind(scope: str) -> str:
@@ -208,24 +273,19 @@ def _sites(rows: list[dict]) -> None:
 
 
 # ---- the tables ------------------------------------------------------------------------------------
-def _call_rows(events, calls, on_cuda: bool, copy_gbps: float | None, gemm_tflops: float | None,
-               step_range: str) -> tuple[list[dict], list[dict], list[Any]]:  # fmt: skip
-    steps = [e for e in events if e.name == step_range and e.device_type == DeviceType.CPU]
-    op_events, scope_events = [], []
-    for step in steps:
-        ops, scopes = _ranges_in_step(step)
-        op_events += ops
-        scope_events += scopes
-    names = [evt.name for evt, _ in op_events]
+def _call_rows(ops: Sequence[tuple[Span, str]], calls, copy_gbps: float | None,
+               gemm_tflops: float | None) -> list[dict]:  # fmt: skip
+    """One row per op range, paired in order with its logged call (weight, task, cost)."""
+    names = [span.name for span, _ in ops]
     if names != [call.op for call in calls]:
         pairs = enumerate(zip(names, calls, strict=False))
         first = next((i for i, (n, c) in pairs if n != c.op), min(len(names), len(calls)))
-        raise ProfileMismatch(f"{len(op_events)} op ranges in the profiled steps but {len(calls)} logged calls; "
-                              f"first disagreement at call {first}")  # fmt: skip
+        got = names[first] if first < len(names) else "no range"
+        logged = calls[first].op if first < len(calls) else "no call"
+        raise ProfileMismatch(f"{len(ops)} op ranges in the profiled steps but {len(calls)} logged calls; "
+                              f"first disagreement at call {first}: range {got!r}, logged {logged!r}")  # fmt: skip
     rows = []
-    for (evt, scope), call in zip(op_events, calls, strict=True):
-        time_us, host_us = _times(evt, on_cuda)
-        kernels, copies = launches(evt, on_cuda)
+    for (span, scope), call in zip(ops, calls, strict=True):
         cost = call.cost
         floor = None
         if cost is not None and copy_gbps is not None:
@@ -233,15 +293,11 @@ def _call_rows(events, calls, on_cuda: bool, copy_gbps: float | None, gemm_tflop
         rows.append({
             "op": call.op, "site": _kind(scope), "weight": call.weight.rsplit(".", 1)[-1] if call.weight else "",
             "scope": scope, "task": call.task or "",
-            "time_us": time_us, "host_us": host_us, "kernels": kernels, "copies": copies,
+            "time_us": span.time_us, "host_us": span.host_us, "kernels": span.kernels, "copies": span.copies,
             "bytes": cost.bytes if cost else None, "flops": cost.flops if cost else None, "floor_us": floor,
         })  # fmt: skip
     _sites(rows)
-    scope_rows = []
-    for evt in scope_events:
-        time_us, host_us = _times(evt, on_cuda)
-        scope_rows.append({"scope": evt.name, "time_us": time_us, "host_us": host_us})
-    return rows, scope_rows, steps
+    return rows
 
 
 def _aggregate(rows: Sequence[dict], keys: tuple[str, ...], n_steps: int, ops_total_us: float) -> pd.DataFrame:
@@ -278,16 +334,13 @@ def _aggregate(rows: Sequence[dict], keys: tuple[str, ...], n_steps: int, ops_to
     return frame.sort_values("time_per_step_us", ascending=False, kind="stable").reset_index(drop=True)
 
 
-def _layers(scope_rows: Sequence[dict], counts: dict[str, dict[str, int]], cfg: BeamConfig,
-            n_steps: int) -> pd.DataFrame:  # fmt: skip
-    """Times from the events' scope ranges; kernels and copies from `counts` (range_launches or
-    trace_range_launches), which on CUDA may hold a range the events lost."""
+def _layers(scopes: Sequence[Span], cfg: BeamConfig, n_steps: int) -> pd.DataFrame:
     empty = {"time_us": 0.0, "host_us": 0.0, "kernels": 0, "copies": 0}
-    per_scope: dict[str, dict[str, float]] = {name: empty | c for name, c in counts.items()}
-    for r in scope_rows:
-        acc = per_scope.setdefault(r["scope"], dict(empty))
-        acc["time_us"] += r["time_us"]
-        acc["host_us"] += r["host_us"]
+    per_scope: dict[str, dict[str, float]] = {}
+    for span in scopes:
+        acc = per_scope.setdefault(span.name, dict(empty))
+        for k in acc:
+            acc[k] += getattr(span, k)
 
     def row(part, layer, attention, ffn, parts) -> dict:
         got = [per_scope.get(p, empty) for p in parts]
@@ -310,31 +363,29 @@ def _layers(scope_rows: Sequence[dict], counts: dict[str, dict[str, int]], cfg: 
     return pd.DataFrame(rows)
 
 
-def analyze(events, trace: dict[str, Any] | None, calls, cfg: BeamConfig, n_steps: int, on_cuda: bool,
-            copy_gbps: float | None, gemm_tflops: float | None, step_range: str) -> ProfileTables:  # fmt: skip
-    """`trace`: the same profile's chrome trace, which the kernels per layer are counted from on CUDA
-    (None on CPU, where they come from the events)."""
-    rows, scope_rows, steps = _call_rows(events, calls, on_cuda, copy_gbps, gemm_tflops, step_range)
-    if len(steps) != n_steps:
-        raise ProfileMismatch(f"expected {n_steps} '{step_range}' ranges in the profile; found {len(steps)}")
+def analyze(ranges: Ranges, calls, cfg: BeamConfig, n_steps: int, copy_gbps: float | None,
+            gemm_tflops: float | None) -> ProfileTables:  # fmt: skip
+    """`ranges`: `event_ranges` of a CPU profile or `trace_ranges` of a CUDA one; `calls`: the call log,
+    one OpCall per op range in the same order."""
+    if len(ranges.steps) != n_steps:
+        raise ProfileMismatch(f"expected {n_steps} step ranges in the profile; found {len(ranges.steps)}")
+    rows = _call_rows(ranges.ops, calls, copy_gbps, gemm_tflops)
     ops_total = sum(r["time_us"] for r in rows)
-    step_times = [_times(s, on_cuda) for s in steps]
-    step_launches = [launches(s, on_cuda) for s in steps]
     figures = StepFigures(
         steps=n_steps,
-        time_basis="gpu kernels" if on_cuda else "cpu",
-        host_ms=sum(h for _, h in step_times) / n_steps / 1e3,
-        device_ms=sum(t for t, _ in step_times) / n_steps / 1e3,
+        time_basis=ranges.time_basis,
+        host_ms=sum(s.host_us for s in ranges.steps) / n_steps / 1e3,
+        device_ms=sum(s.time_us for s in ranges.steps) / n_steps / 1e3,
         ops_ms=ops_total / n_steps / 1e3,
-        kernels=sum(k for k, _ in step_launches) / n_steps,
-        copies=sum(c for _, c in step_launches) / n_steps,
+        kernels=sum(s.kernels for s in ranges.steps) / n_steps,
+        copies=sum(s.copies for s in ranges.steps) / n_steps,
         op_calls=len(rows) / n_steps,
     )
     ran = {r["op"] for r in rows}
     return ProfileTables(
         ops=_aggregate(rows, ("op",), n_steps, ops_total),
         sites=_aggregate(rows, ("op", "site"), n_steps, ops_total),
-        layers=_layers(scope_rows, trace_range_launches(trace) if on_cuda else range_launches(events), cfg, n_steps),
+        layers=_layers(ranges.scopes, cfg, n_steps),
         step=figures,
         not_called=tuple(sorted(OP_NAMES - ran)),
         has_floor=copy_gbps is not None,

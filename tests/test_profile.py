@@ -23,15 +23,15 @@ from harness import profile_analysis, profile_kernel
 from harness import profile_kernel_records as kr
 from harness.environment import REPO_ROOT
 from harness.profile import ProfileSettings, main
-from harness.profile_analysis import OP_NAMES, OUTER_SCOPES
-from harness.profile_model import OP_SHAPES, CallLog, traced_ops
+from harness.profile_analysis import OP_NAMES, OUTER_SCOPES, ProfileMismatch
+from harness.profile_model import OP_SHAPES, STEP_RANGE, CallLog, OpCall, traced_ops
 from harness.profile_summary import no_task_reason
 from reference_model.cache import KVCache, fill_synthetic_context
 from reference_model.config import get_config
 from reference_model.ops import REFERENCE_OPS, ModelOps
 from reference_model.weights import random_model
 from tasks import TASKS, get_task
-from tasks.task import Shape
+from tasks.task import Cost, Shape
 
 TINY = get_config("beam-tiny")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -137,7 +137,200 @@ def test_kernels_per_layer(runs):
     assert layers["kernels_per_step"].sum() <= step["kernels"]
 
 
+# ---- the CUDA tables, from the chrome trace --------------------------------------------------------
+def _x(cat, name, ts, dur=1.0, tid=1, correlation=None):
+    args = {} if correlation is None else {"correlation": correlation}
+    return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def _launch_and_run(correlation, launch_ts, cat, run_ts, dur, tid=1):
+    """A host call starting at launch_ts and the device work it launched, run by the GPU at run_ts."""
+    call = "cudaMemcpyAsync" if cat == "gpu_memcpy" else "cudaLaunchKernel"
+    launch = _x("cuda_runtime", call, launch_ts, 2, tid, correlation)
+    return [launch, _x(cat, f"work{correlation}", run_ts, dur, 9, correlation)]
+
+
+def test_the_trace_gives_each_op_its_scope_and_the_device_work_launched_inside_it():
+    trace = {"traceEvents": [
+        _x("user_annotation", STEP_RANGE, 0, 1000),
+        _x("user_annotation", "embedding", 10, 50),
+        _x("user_annotation", "rms_norm", 20, 30),
+        *_launch_and_run(1, 25, "kernel", 600, 5),  # runs after its op, its scope and its step ended
+        _x("user_annotation", "norm_residual_norm", 70, 20),  # in no scope
+        *_launch_and_run(2, 75, "gpu_memcpy", 80, 2),
+        *_launch_and_run(3, 80, "kernel", 85, 3),
+        _x("user_annotation", "L0.attention", 100, 300),
+        _x("user_annotation", "linear", 110, 40),
+        _x("cpu_op", "aten::mm", 115, 30),  # an ATen call inside the op: its launch is the op's
+        *_launch_and_run(4, 120, "kernel", 500, 7),
+        *_launch_and_run(5, 108, "kernel", 210, 11),  # in the scope, just before its op
+        *_launch_and_run(6, 450, "gpu_memset", 455, 1),  # in the step, in no scope
+        *_launch_and_run(7, 115, "kernel", 460, 100, tid=2),  # another thread's, during the op
+        *_launch_and_run(8, 1100, "kernel", 1110, 13),  # after the step
+        _x("user_annotation", "linear", 1200, 50),  # an op outside every step: not a profiled call
+        _x("kernel", "launched_before_the_profile", 5, 4, 9, 99),
+    ]}  # fmt: skip
+    ranges = profile_analysis.trace_ranges(trace, STEP_RANGE)
+    got = [(span.name, scope, span.time_us, span.host_us, span.kernels, span.copies) for span, scope in ranges.ops]
+    assert got == [("rms_norm", "embedding", 5, 30, 1, 0), ("norm_residual_norm", "step", 5, 20, 1, 1),
+                   ("linear", "L0.attention", 7, 40, 1, 0)]  # fmt: skip
+    calls = [OpCall("rms_norm", "layers.0.attention.pre_norm", None, None),
+             OpCall("norm_residual_norm", None, None, None),
+             OpCall("linear", "layers.0.attention.wq", "qkv_gate_gemm", Cost(1000))]  # fmt: skip
+    tables = profile_analysis.analyze(ranges, calls, TINY, 1, None, None)
+    sites = tables.sites.set_index(["op", "site"])
+    linear = sites.loc[("linear", "attention")]
+    assert linear[["time_per_step_us", "host_per_step_us", "kernels_per_step"]].tolist() == [7, 40, 1]
+    assert linear["achieved_gbps"] == pytest.approx(1000 / 7e3)
+    assert sites.loc[("norm_residual_norm", "step"), "copies_per_step"] == 1
+    layers = tables.layers.set_index("part")
+    assert layers.loc["L0", ["attention_kernels", "time_per_step_us", "host_per_step_us"]].tolist() == [2, 18, 300]
+    assert layers.loc["embedding", "kernels_per_step"] == 1
+    step = tables.step
+    assert (step.kernels, step.copies, step.op_calls) == (4, 2, 3)  # work 7 (other thread) and 8 (later) left out
+    assert step.device_ms == pytest.approx(29e-3) and step.ops_ms == pytest.approx(17e-3) and step.host_ms == 1
+    assert step.time_basis == "gpu kernels" and step.gpu_busy == pytest.approx(0.029)
+    with pytest.raises(
+        ProfileMismatch, match="first disagreement at call 1: range 'norm_residual_norm', logged 'linear'"
+    ):
+        profile_analysis.analyze(ranges, [calls[0], calls[2]], TINY, 1, None, None)
+    with pytest.raises(ProfileMismatch, match="expected 2 step ranges in the profile; found 1"):
+        profile_analysis.analyze(ranges, calls, TINY, 2, None, None)
+
+
+def _reference_calls(cfg, seqs: int) -> list[OpCall]:
+    """One step's op calls in the reference model's order (reference_model/model.py), with the weights
+    its CallLog names for `linear` (the only op whose site names its weight); no tasks or costs."""
+
+    def op(name, weight=None):
+        return OpCall(name, weight, None, None)
+
+    calls = [op("rms_norm")]
+    for i in range(cfg.n_layers):
+        calls += [op("linear", f"layers.{i}.attention.{w}") for w in ("wq", "wk", "wv", "wg")]
+        calls += [op("qk_norm_rope"), *[op("attention")] * seqs, op("output_gate"),
+                  op("linear", f"layers.{i}.attention.wo"), op("norm_residual_norm")]  # fmt: skip
+        if cfg.is_moe(i):
+            calls += [op("router_logits"), op("moe_route"), op("moe_experts")]
+        else:
+            gate, up, down = (op("linear", f"layers.{i}.mlp.{w}") for w in ("w_gate", "w_up", "w_down"))
+            calls += [gate, up, op("swiglu"), down]
+        calls.append(op("norm_residual_norm"))
+    return [*calls, op("lm_head_logits")]
+
+
+def test_the_reference_calls_are_what_the_call_log_records():
+    log = CallLog()
+    model = random_model(TINY, 0, ops=traced_ops(REFERENCE_OPS, log))
+    log.know_weights(model)
+    cache = KVCache(TINY, 2, 40, "cpu")
+    fill_synthetic_context(cache, model, 20, seed=1)
+    log.recording = True
+    model.decode(cache, torch.tensor([5, 6]))
+
+    def named(calls):
+        return [(c.op, c.weight if c.op == "linear" else None) for c in calls]
+
+    assert named(log.calls) == named(_reference_calls(TINY, seqs=2))
+
+
 H200_DECODE = REPO_ROOT / "profiles" / "beam-slice-decode-reference-cuda-20261130T072238Z"
+H200_PREFILL = REPO_ROOT / "profiles" / "beam-slice-prefill-reference-cuda-20261130T072255Z"
+L4_MOE_OPS = ["router_logits", "moe_route", "moe_experts", "norm_residual_norm"]
+SUMMED = ["calls_per_step", "time_per_step_us", "host_per_step_us", "kernels_per_step", "copies_per_step"]
+
+
+@pytest.fixture(scope="module")
+def h200() -> dict[Path, dict]:
+    return {run: profile_analysis.read_trace(run / "trace.json.gz") for run in (H200_DECODE, H200_PREFILL)}
+
+
+def _h200_tables(run: Path, trace: dict):
+    """The committed run's ranges and tables as `harness profile` now reads them, from its trace and the
+    reference model's calls (its own call log was not kept)."""
+    meta = json.loads((run / "profile.json").read_text())
+    cfg = get_config(meta["preset"])
+    ranges = profile_analysis.trace_ranges(trace, STEP_RANGE)
+    calls = _reference_calls(cfg, meta["size"]["seqs"]) * meta["steps"]
+    return ranges, profile_analysis.analyze(ranges, calls, cfg, meta["steps"], None, None)
+
+
+def _launched_in_steps(trace: dict) -> tuple[int, int, float]:
+    """(kernels, copies, device us) of the device work whose launch call started inside a step range on
+    the step's thread, found one device event at a time."""
+    events = trace["traceEvents"]
+    steps = [e for e in events if e.get("cat") == "user_annotation" and e["name"] == STEP_RANGE]
+    launch = {e["args"]["correlation"]: e for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    spans = [(s["pid"], s["tid"], s["ts"], s["ts"] + s["dur"]) for s in steps]
+    kernels, copies, device_us = 0, 0, 0.0
+    for e in events:
+        call = launch.get(e["args"]["correlation"]) if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") else None
+        if call and any((call["pid"], call["tid"]) == (pid, tid) and start <= call["ts"] <= end
+                        for pid, tid, start, end in spans):  # fmt: skip
+            kernels += e["cat"] == "kernel"
+            copies += e["cat"] != "kernel"
+            device_us += e["dur"]
+    return kernels, copies, device_us
+
+
+def _sites_with_l4_moe_in_place(run: Path) -> pd.DataFrame:
+    """The committed sites.csv with its "step" rows (the ops of L4.moe, whose range the events lost)
+    added to the "moe" rows, where the trace puts them."""
+    sites = _table(run, "sites")
+    assert sorted(sites.loc[sites["site"] == "step", "op"]) == sorted(L4_MOE_OPS)
+    return sites.assign(site=sites["site"].replace("step", "moe")).groupby(["op", "site"])[SUMMED].sum()
+
+
+def test_the_committed_h200_decode_tables_from_the_trace(h200):
+    ranges, tables = _h200_tables(H200_DECODE, h200[H200_DECODE])
+    assert [span.name for span, scope in ranges.ops if scope == "L4.moe"] == L4_MOE_OPS * 5
+    step, recorded = tables.step, json.loads((H200_DECODE / "profile.json").read_text())["step"]
+    kernels, copies, device_us = _launched_in_steps(h200[H200_DECODE])
+    assert (step.kernels * 5, step.copies * 5) == (kernels, copies) == (4305, 125)
+    assert step.device_ms * 5e3 == pytest.approx(device_us) and step.device_ms == pytest.approx(12.5657438)
+    # The events put one copy more (about 1 us) into the five steps than the trace has launched inside
+    # them; the trace's other 65 copies were launched between the steps, where the cache is restored.
+    assert (recorded["copies"], recorded["device_ms"]) == (25.2, pytest.approx(12.565955))
+    for figure in ("host_ms", "ops_ms", "kernels", "op_calls"):
+        assert getattr(step, figure) == pytest.approx(recorded[figure])
+    # Per op the events were right (L4.moe's ops counted, only under another site) ...
+    ops = _table(H200_DECODE, "ops").set_index("op")
+    pd.testing.assert_frame_equal(tables.ops.set_index("op")[[*SUMMED, "share_pct"]], ops[[*SUMMED, "share_pct"]])
+    # ... and per site but for L4.moe's, which the trace puts under "moe"
+    pd.testing.assert_frame_equal(tables.sites.set_index(["op", "site"])[SUMMED].sort_index(),
+                                  _sites_with_l4_moe_in_place(H200_DECODE))  # fmt: skip
+    layers, recorded_layers = tables.layers.set_index("part"), _table(H200_DECODE, "layers").set_index("part")
+    pd.testing.assert_frame_equal(layers.drop(index="L4"), recorded_layers.drop(index="L4"), check_dtype=False)
+    assert layers.loc["L4", ["attention_kernels", "ffn_kernels", "copies_per_step"]].tolist() == [95, 61, 5]
+    assert layers.loc["L4", "time_per_step_us"] == pytest.approx(836.7594)  # the events: 242.3 (no L4.moe)
+
+
+def test_the_committed_h200_prefill_tables_stay_within_what_the_gpu_ran(h200):
+    trace = h200[H200_PREFILL]
+    ranges, tables = _h200_tables(H200_PREFILL, trace)
+    assert [span.name for span, scope in ranges.ops if scope == "L4.moe"] == L4_MOE_OPS
+    step = tables.step
+    assert (step.kernels, step.copies, step.device_ms * 1e3) == pytest.approx(_launched_in_steps(trace))
+    # The events gave 24822 kernels and 3779 ms of device time, 121% of the wall time: more than the
+    # whole trace holds (22600 kernels, 2866 ms of device work), all of it launched inside the one step.
+    assert step.kernels == sum(e.get("cat") == "kernel" for e in trace["traceEvents"]) == 22600
+    assert step.copies == 1344 and step.device_ms == pytest.approx(2865.7178)
+    assert step.device_ms <= step.host_ms and step.gpu_busy == pytest.approx(0.916, abs=1e-3)
+    assert step.ops_ms <= step.device_ms and tables.ops["share_pct"].sum() == pytest.approx(100)
+    shares = tables.ops.set_index("op")["share_pct"]  # summary.md, from the events: 92%, 3.2%, 2.2%, 1.3%
+    assert shares[["attention", "moe_experts", "linear", "norm_residual_norm"]].round(1).tolist() == [
+        90.5, 4.1, 2.2, 1.4]  # fmt: skip
+    # Host times and calls are the ranges' own: the same in the events wherever they kept the range ...
+    sites = tables.sites.set_index(["op", "site"])[SUMMED].sort_index()
+    recorded = _sites_with_l4_moe_in_place(H200_PREFILL)
+    pd.testing.assert_frame_equal(sites[["calls_per_step", "host_per_step_us"]],
+                                  recorded[["calls_per_step", "host_per_step_us"]])  # fmt: skip
+    # ... but the events attached more device work to most ranges than was launched inside them.
+    assert (sites[["time_per_step_us", "kernels_per_step", "copies_per_step"]]
+            <= recorded[["time_per_step_us", "kernels_per_step", "copies_per_step"]] + 1e-6).all().all()  # fmt: skip
+    assert sites.loc[("attention", "attention"), ["kernels_per_step", "copies_per_step"]].tolist() == [6272, 384]
+    assert recorded.loc[("attention", "attention"), ["kernels_per_step", "copies_per_step"]].tolist() == [7962, 542]
+    assert tables.layers["kernels_per_step"].sum() <= step.kernels
 
 
 def test_the_committed_h200_trace_holds_the_range_its_events_lost():
