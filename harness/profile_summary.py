@@ -124,7 +124,7 @@ def _dominant_ops(tables: ProfileTables, top: int) -> list[str]:
 def summary_markdown(plan: Plan, tables: ProfileTables, copy_gbps: float | None, gemm_tflops: float | None,
                      env: dict[str, Any]) -> str:  # fmt: skip
     s, size, st = plan.settings, plan.size, tables.step
-    basis = ("device time = the summed durations of the GPU kernels launched inside each range"
+    basis = ("device time = the summed durations of the GPU kernels and copies launched inside each range"
              if st.time_basis == "gpu kernels" else
              "CPU time of each range (no GPU: the CPU profiler; shares show where the work is on this CPU, "
              "not what a GPU would spend)")  # fmt: skip
