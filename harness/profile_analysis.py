@@ -126,6 +126,17 @@ def _is_scope(name: str) -> bool:
     return name in OUTER_SCOPES or SUBLAYER.match(name) is not None
 
 
+def scope_counts(spans: Iterable[Span]) -> dict[str, dict[str, int]]:
+    """{"L3.moe": {"kernels": n, "copies": m}, ...}: each scope's kernels and copies, summed over its
+    occurrences (one per profiled step)."""
+    counts: dict[str, dict[str, int]] = {}
+    for span in spans:
+        acc = counts.setdefault(span.name, {"kernels": 0, "copies": 0})
+        acc["kernels"] += span.kernels
+        acc["copies"] += span.copies
+    return counts
+
+
 # ---- CPU: the events' tree -------------------------------------------------------------------------
 def _subtree(evt) -> Iterable[Any]:
     stack = [evt]
@@ -142,14 +153,8 @@ def _computing_calls(evt) -> int:
 
 
 def range_launches(events: Iterable[Any]) -> dict[str, dict[str, int]]:
-    """{"L3.moe": {"kernels": n, "copies": 0}, ...} for each scope range of a CPU profile, summed over
-    the range's occurrences (one per profiled step): the leaf ATen calls below it that compute."""
-    counts: dict[str, dict[str, int]] = {}
-    for evt in events:
-        if _is_scope(evt.name):
-            acc = counts.setdefault(evt.name, {"kernels": 0, "copies": 0})
-            acc["kernels"] += _computing_calls(evt)
-    return counts
+    """`scope_counts` of a CPU profile's scope ranges: the leaf ATen calls below each that compute."""
+    return scope_counts(_event_span(evt) for evt in events if _is_scope(evt.name))
 
 
 def _ranges_in_step(step) -> tuple[list[tuple[Any, str]], list[Any]]:
@@ -222,17 +227,10 @@ def _trace_span(e: dict[str, Any], launched: Launched) -> Span:
 
 
 def trace_range_launches(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """{"L3.moe": {"kernels": n, "copies": m}, ...} for each scope range of a CUDA chrome trace, summed
-    over the range's occurrences (one per profiled step), counted as `_trace_span` counts them."""
+    """`scope_counts` of a CUDA chrome trace's scope ranges, counted as `_trace_span` counts them."""
     launched = _launched(trace)
-    counts: dict[str, dict[str, int]] = {}
-    for e in trace["traceEvents"]:
-        if e.get("cat") == "user_annotation" and _is_scope(e["name"]):
-            span = _trace_span(e, launched)
-            acc = counts.setdefault(e["name"], {"kernels": 0, "copies": 0})
-            acc["kernels"] += span.kernels
-            acc["copies"] += span.copies
-    return counts
+    return scope_counts(_trace_span(e, launched) for e in trace["traceEvents"]
+                        if e.get("cat") == "user_annotation" and _is_scope(e["name"]))  # fmt: skip
 
 
 def trace_ranges(trace: dict[str, Any], step_range: str) -> Ranges:

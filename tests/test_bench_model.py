@@ -109,7 +109,7 @@ def test_the_chrome_trace_counts_the_device_work_each_range_launched():
 
 
 def _event(name, children=()):
-    return SimpleNamespace(name=name, kernels=[], cpu_children=list(children))
+    return SimpleNamespace(name=name, kernels=[], cpu_children=list(children), cpu_time_total=0.0)
 
 
 def test_the_cpu_count_is_the_leaf_aten_calls_that_compute():
