@@ -8,17 +8,19 @@ Which and why (measurements: TOOLCHAIN.md, H200, Beam's shapes):
   at the last query: `prefill_layout` sorts a sliding layer's ring copy by position and drops its
   empty slots (a host sync, which prefill does anyway); a layout that is not one contiguous run
   of positions falls back to the reference.
-- Decode attention, global layers (one query, the whole 100K cache region): torch's FlashAttention-2
-  varlen with `seqused_k`, the number of filled rows counted ON the device, so the step stays
-  free of host syncs and replays in a CUDA graph (FA2 splits the keys over the SMs for one query,
-  as SDPA's 99 us at the 96 us KV-read floor does; plain SDPA cannot be used: it takes no length,
-  and the region's empty tail must not be attended). flashinfer 0.6.0's single_decode refuses
-  Beam's GQA group of 6. Correct because a global layer's region holds positions 0..len-1 in rows
-  0..len-1 and nothing after them (reference_model/cache.py); the build-time probe checks it.
-- Decode attention, sliding layers (one query over a 512-slot ring): torch SDPA with the boolean
-  visibility mask of the positions, the 6 query heads of a KV head folded into the query-length
-  dim (no enable_gqa needed): the mask makes it exact whatever the ring holds, and 512 keys are
-  1 MB, a few microseconds whichever backend takes it.
+- Decode attention (one query, the sequence's newest token at position p): torch's
+  FlashAttention-2 varlen over the first n = min(p + 1, S) rows of the layer's region, with
+  `seqused_k` = n computed ON the device from the query's position, so the step stays free of host
+  syncs and replays in a CUDA graph (FA2 splits the keys over the SMs for one query). A global
+  layer's region holds positions 0..p in rows 0..p and nothing after them; a sliding layer's ring
+  of W slots holds positions 0..p in rows 0..p before it wraps and, after, exactly the last W
+  positions, which are the window (reference_model/cache.py). Attention is a sum over keys, so
+  the ring's rotation does not matter, and no mask is needed: the build-time probe checks a
+  region with an empty tail, a full rotated ring and a part-full one. Plain SDPA cannot take the
+  length; flashinfer 0.6.0's single_decode refuses Beam's GQA group of 6. The previous sliding
+  path, SDPA with the boolean visibility mask of the positions (the fallback here), took 14 us
+  in cuDNN plus 10 mask kernels per layer for a 1 MB ring on the H200 (eighth session's decode
+  profile), where the ring's read floor is 0.25 us.
 - MoE experts: torch._grouped_mm (CUTLASS grouped GEMM on sm90): 442 TFLOP/s at 16384 tokens,
   deterministic, sync-free (tasks/moe_experts.py grouped_mm_experts). With a promoted moe_experts
   candidate it runs only above the candidate's task shapes (T > 1000): decode is the candidate's
@@ -48,6 +50,7 @@ from tasks import moe_experts as moe_experts_task
 PROBE_REL_TOL = 1e-2  # normwise vs ops.attention: BF16 P @ V perturbs by about one BF16 ulp (2^-8)
 PrefillKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int | None], torch.Tensor]
 DecodeKernel = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+SlidingDecode = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 # ---- the layouts the kernels need -----------------------------------------------------------------
@@ -106,13 +109,14 @@ def torch_flash_prefill(q_THD, k_SKD, v_SKD, window):
     )[0]  # fmt: skip
 
 
-def torch_flash_decode(q_THD, k_SKD, v_SKD, k_positions_S):
-    """One query over the first n rows of the region, n = filled rows counted on the device."""
+def torch_flash_decode(q_THD, k_SKD, v_SKD, q_positions_T):
+    """The newest token's query (position p) over the first min(p + 1, S) rows, counted on the device."""
     S, dev = k_SKD.shape[0], q_THD.device
-    n_filled = (k_positions_S >= 0).sum(dtype=torch.int32).reshape(1)
+    n_used = torch.empty(1, dtype=torch.int32, device=dev)
+    torch.add(q_positions_T[:1].clamp(max=S - 1), 1, out=n_used)
     cu_q = torch.arange(2, dtype=torch.int32, device=dev)  # [0, 1], built on the device: capturable
     return torch.ops.aten._flash_attention_forward(
-        q_THD, k_SKD, v_SKD, cu_q, cu_q * S, 1, S, 0.0, False, False, scale=_scale(q_THD), seqused_k=n_filled,
+        q_THD, k_SKD, v_SKD, cu_q, cu_q * S, 1, S, 0.0, False, False, scale=_scale(q_THD), seqused_k=n_used,
     )[0]  # fmt: skip
 
 
@@ -132,24 +136,37 @@ def masked_decode(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window):
     return out.reshape(1, H, Dh)
 
 
+def ring_decode(kernel: DecodeKernel) -> SlidingDecode:
+    """A DecodeKernel on a sliding layer's ring of `window` slots, every filled slot of which is in
+    the window (module doc); any other key layout goes to the reference."""
+
+    def sliding(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window):
+        if k_SKD.shape[0] != window:
+            return ops.attention(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window)
+        return kernel(q_THD, k_SKD, v_SKD, q_positions_T)
+
+    return sliding
+
+
 # ---- the op ---------------------------------------------------------------------------------------------
 class LibraryAttention:
     """ops.attention through library kernels where the layout allows it, the reference elsewhere.
 
     decode_global: a DecodeKernel for one query on a global layer (None: the reference);
-    masked: SDPA with a mask for one query on a sliding layer (False: the reference);
+    decode_sliding: a SlidingDecode for one query on a sliding layer (None: the reference);
     prefill: a PrefillKernel for many queries (None: the reference).
     """
 
-    def __init__(self, decode_global: DecodeKernel | None, masked: bool, prefill: PrefillKernel | None):
-        self.decode_global, self.masked, self.prefill = decode_global, masked, prefill
+    def __init__(self, decode_global: DecodeKernel | None, decode_sliding: SlidingDecode | None,
+                 prefill: PrefillKernel | None):  # fmt: skip
+        self.decode_global, self.decode_sliding, self.prefill = decode_global, decode_sliding, prefill
 
     def __call__(self, q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window, query_chunk=256):
         if q_THD.shape[0] == 1:
             if window is None and self.decode_global is not None:
-                return self.decode_global(q_THD, k_SKD, v_SKD, k_positions_S)
-            if self.masked:
-                return masked_decode(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window)
+                return self.decode_global(q_THD, k_SKD, v_SKD, q_positions_T)
+            if window is not None and self.decode_sliding is not None:
+                return self.decode_sliding(q_THD, k_SKD, v_SKD, q_positions_T, k_positions_S, window)
         elif self.prefill is not None:
             layout = prefill_layout(q_positions_T, k_positions_S)
             if layout is not None:
@@ -180,8 +197,12 @@ def _probe_cases(cfg: BeamConfig, device: torch.device) -> dict[str, list[dict]]
     return {
         "decode_global": [dict(q_THD=rand(1, H, Dh), k_SKD=rand(300, K, Dh), v_SKD=rand(300, K, Dh),
                                q_positions_T=pos([279]), k_positions_S=pos(list(range(280)) + [-1] * 20), window=None)],
-        "masked": [dict(q_THD=rand(1, H, Dh), k_SKD=rand(W, K, Dh), v_SKD=rand(W, K, Dh),
-                        q_positions_T=pos([length - 1]), k_positions_S=pos(ring_full), window=W)],
+        "decode_sliding": [
+            dict(q_THD=rand(1, H, Dh), k_SKD=rand(W, K, Dh), v_SKD=rand(W, K, Dh),
+                 q_positions_T=pos([length - 1]), k_positions_S=pos(ring_full), window=W),
+            dict(q_THD=rand(1, H, Dh), k_SKD=rand(W, K, Dh), v_SKD=rand(W, K, Dh),
+                 q_positions_T=pos([4]), k_positions_S=pos(ring_part), window=W),
+        ],
         "prefill": [
             dict(q_THD=rand(n_pre, H, Dh), k_SKD=rand(W + n_pre, K, Dh), v_SKD=rand(W + n_pre, K, Dh),
                  q_positions_T=pos(range(length, length + n_pre)),
@@ -215,11 +236,15 @@ def build_attention(cfg: BeamConfig, device: torch.device) -> tuple[LibraryAtten
     """The attention op with every path that passes its probe; (op, name, notes on what fell back)."""
     cases, notes = _probe_cases(cfg, device), []
     decode = torch_flash_decode
-    if (why := probe(LibraryAttention(decode, False, None), cases["decode_global"])) is not None:
+    if (why := probe(LibraryAttention(decode, None, None), cases["decode_global"])) is not None:
         decode, _ = None, notes.append(f"global decode: torch flash varlen unusable ({why}); reference")
-    masked = probe(LibraryAttention(None, True, None), cases["masked"]) is None
-    if not masked:
-        notes.append("sliding decode: masked SDPA failed its probe; reference")
+    sliding, sliding_name = None, "reference"
+    options = [("flash varlen on the ring", ring_decode(decode))] if decode else []
+    for name, op in [*options, ("SDPA masked", masked_decode)]:
+        if (why := probe(LibraryAttention(None, op, None), cases["decode_sliding"])) is None:
+            sliding, sliding_name = op, name
+            break
+        notes.append(f"sliding decode: {name} unusable ({why})")
     prefill, prefill_name = None, "reference"
     try:
         candidates = [("flashinfer", flashinfer_prefill())]
@@ -228,16 +253,14 @@ def build_attention(cfg: BeamConfig, device: torch.device) -> tuple[LibraryAtten
         notes.append(f"prefill: flashinfer does not import ({e})")
     candidates.append(("torch flash", torch_flash_prefill))
     for name, kernel in candidates:
-        why = probe(LibraryAttention(None, False, kernel), cases["prefill"])
+        why = probe(LibraryAttention(None, None, kernel), cases["prefill"])
         if why is None:
             prefill, prefill_name = kernel, name
             break
         notes.append(f"prefill: {name} unusable ({why})")
-    decode_name = (
-        f"{'flash varlen' if decode else 'reference'} (global) / {'SDPA' if masked else 'reference'} (sliding)"
-    )
+    decode_name = f"{'flash varlen' if decode else 'reference'} (global) / {sliding_name} (sliding)"
     name = f"prefill {prefill_name}; decode {decode_name}"
-    return LibraryAttention(decode, masked, prefill), name, notes
+    return LibraryAttention(decode, sliding, prefill), name, notes
 
 
 def library_ops(device: torch.device | str, cfg: BeamConfig) -> dict[str, LibraryOp]:

@@ -29,7 +29,7 @@ TRACE_FILE = "trace.json.gz"
 CHART_FILE = "top_ops.png"
 # Why an op (or part of one) has no task; the ranking itself comes from the measured tables.
 NO_TASK = {
-    "attention": "attention is a library kernel's job (torch SDPA in decode, flashinfer FA3 in prefill)",
+    "attention": "attention is a library kernel's job (torch's FlashAttention-2 in decode, flashinfer FA3 in prefill)",
     "linear": "o_proj and the dense-MLP projections are plain cuBLAS GEMMs",
     "lm_head_logits": "one GEMM with an FP32 output",
     "rms_norm": "the first sublayer's pre-norm, once per step (every later norm is inside fuse_norm)",

@@ -243,22 +243,41 @@ def _stand_in_prefill(q_THD, k_SKD, v_SKD, window):
     return ops.attention(q_THD, k_SKD, v_SKD, torch.arange(S - T, S), torch.arange(S), window)
 
 
-def _stand_in_decode(q_THD, k_SKD, v_SKD, k_positions_S):
-    """The contract of the flash-varlen decode: one query over the first n filled rows."""
-    n = int((k_positions_S >= 0).sum())
+def _stand_in_decode(q_THD, k_SKD, v_SKD, q_positions_T):
+    """The contract of the flash-varlen decode: the newest token's query (position p) over the first
+    min(p + 1, S) rows, unmasked."""
+    n = min(int(q_positions_T[0]) + 1, k_SKD.shape[0])
     return ops.attention(q_THD, k_SKD[:n], v_SKD[:n], torch.tensor([n - 1]), torch.arange(n), None)
 
 
-def test_library_attention_layouts_reproduce_the_reference_in_the_model(reference_run):
-    """Ring copies sorted by position with empty slots dropped, the global region's prefix, masked
-    decode on rotated rings: the whole model with these paths gives the reference's greedy tokens."""
-    attention = library_paths.LibraryAttention(_stand_in_decode, True, _stand_in_prefill)
+@pytest.mark.parametrize("sliding", ["ring", "masked"])
+def test_library_attention_layouts_reproduce_the_reference_in_the_model(reference_run, sliding):
+    """Ring copies sorted by position with empty slots dropped, the global region's prefix, and in
+    decode either the ring unmasked (its slots are the window) or SDPA masked by the positions: the
+    whole model with these paths gives the reference's greedy tokens."""
+    decode_sliding = library_paths.ring_decode(_stand_in_decode) if sliding == "ring" else library_paths.masked_decode
+    attention = library_paths.LibraryAttention(_stand_in_decode, decode_sliding, _stand_in_prefill)
     model = random_model(TINY, SEED, CPU, ops=ops.ModelOps(attention=attention))
     run = model_parity.greedy_run(model, TINY_CHUNKS, DECODE_STEPS, forced=reference_run.tokens)
     verdict = model_parity.compare(reference_run, run)
     assert verdict.passed, verdict.summary()
     cases = library_paths._probe_cases(TINY, CPU)
-    assert library_paths.probe(attention, cases["prefill"] + cases["decode_global"] + cases["masked"]) is None
+    assert library_paths.probe(attention, cases["prefill"] + cases["decode_global"] + cases["decode_sliding"]) is None
+
+
+def test_ring_decode_takes_only_ring_shaped_regions_and_its_probe_needs_the_filled_count():
+    cases = library_paths._probe_cases(TINY, CPU)
+    ring = library_paths.ring_decode(_stand_in_decode)
+    wide = dict(cases["decode_global"][0], window=TINY.sliding_window)  # 300 rows: not a ring of the window's size
+    assert torch.equal(ring(**wide), ops.attention(**wide))
+
+    def every_row(q_THD, k_SKD, v_SKD, q_positions_T):  # ignores the count: reads a part-full ring's empty slots
+        S = k_SKD.shape[0]
+        return ops.attention(q_THD, k_SKD, v_SKD, torch.tensor([S - 1]), torch.arange(S), None)
+
+    attention = library_paths.LibraryAttention(None, library_paths.ring_decode(every_row), None)
+    why = library_paths.probe(attention, cases["decode_sliding"])  # case 0: a full ring, case 1: part-full
+    assert why is not None and why.startswith("case 1: normwise error")
 
 
 def test_prefill_layout_refuses_keys_that_are_not_one_run_ending_at_the_last_query():
@@ -276,7 +295,7 @@ def test_a_wrong_kernel_fails_its_probe_with_the_error_size():
     def top_left_causal(q_THD, k_SKD, v_SKD, window):
         return ops.attention(q_THD, k_SKD, v_SKD, torch.arange(q_THD.shape[0]), torch.arange(k_SKD.shape[0]), window)
 
-    why = library_paths.probe(library_paths.LibraryAttention(None, False, top_left_causal),
+    why = library_paths.probe(library_paths.LibraryAttention(None, None, top_left_causal),
                               library_paths._probe_cases(TINY, CPU)["prefill"])  # fmt: skip
     assert why is not None and why.startswith("case 0: normwise error")
 
@@ -394,15 +413,16 @@ def test_every_library_attention_path_passes_its_probe_on_cuda():
 
 @pytest.mark.gpu
 def test_decode_library_paths_are_graph_capturable_on_cuda():
-    """One decode step of a small model through the decode library paths (flash varlen, masked SDPA,
+    """One decode step of a small model through the decode library paths (flash varlen on the region and the ring,
     grouped GEMM experts), captured and replayed: the eager step's logits, bit for bit."""
     from harness.model_cmd import capture_decode_graph
     from tasks.moe_experts import grouped_mm_experts
 
     cfg = TINY.replace(head_dim=64)  # FlashAttention-2 wants head_dim % 8 == 0
-    attention = library_paths.LibraryAttention(library_paths.torch_flash_decode, True, None)
+    flash = library_paths.torch_flash_decode
+    attention = library_paths.LibraryAttention(flash, library_paths.ring_decode(flash), None)
     cases = library_paths._probe_cases(cfg, torch.device("cuda"))
-    assert library_paths.probe(attention, cases["decode_global"] + cases["masked"]) is None
+    assert library_paths.probe(attention, cases["decode_global"] + cases["decode_sliding"]) is None
     model_ops = ops.ModelOps(attention=attention, moe_experts=grouped_mm_experts())
     model = random_model(cfg, SEED, "cuda", ops=model_ops, pack_qkv_gate=True)
     cache = KVCache(cfg, 1, 64, "cuda")
