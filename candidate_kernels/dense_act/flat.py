@@ -26,7 +26,15 @@ Numerics: exactly approx_sigmoid.py's (reference_model/ops.py swiglu):
   `/` exactly (numpy): CPU parity checks the indexing, not the approximation.
 
 Floor (bytes / 4275 GB/s, bytes = 3*T*F*2, F = 20480): T=1 123 KB -> 0.03 us, latency bound (the
-launch); T=16384 2.01 GB -> 470.9 us. Not measured on the GPU yet.
+launch); T=16384 2.01 GB -> 470.9 us.
+Measured on the H200 (eighth session, commit 4dd1b96, results/gpu_logs/2026-12-01-session8c), against
+  the torch.compile timed in the same child, with the autotuner's choice (BLOCK / warps, from the
+  records): T=1 1.22 / 1.22 us (512 / 4: a tie, from 1.36 for approx_sigmoid), T=8 1.94 / 2.10
+  (1024 / 8: faster), T=3 1.68 / 1.36 (1024 / 8: slower; approx_sigmoid's 512 x 4-warp tiles took
+  1.48), T=64 3.99 / 3.86, T=1000 35.19 / 34.15, T=16384 489.7 / 466.1 us (1024 / 4: 96% of the
+  floor; the 2-D tiles of 1 x 2048 over 8 warps took 467-480). Goal (not slower than compile) still
+  missed at T = 3 and from T = 64 up. What the runs point to: the flat indexing wins at decode
+  sizes, the 2-D tiles at T >= 64; one kernel choosing its layout by size would take both.
 
 Launch: grid = cdiv(T*F, BLOCK); (BLOCK, num_warps) autotuned per (F, T bucket) over 1-16
 elements per thread, decode-size buckets timed as CUDA-graph replays.

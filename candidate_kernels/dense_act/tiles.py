@@ -27,7 +27,11 @@ Seventh session (commit 9a3c8c6, PyTorch profiler inside graph replays): at T=1 
   1.28 us against compile's 1.06 (160 programs x 32 threads, 4 elements each, against 80 x 128
   with 2 each); each element is a dependent expf + IEEE-division chain. Tiles of 1-4 elements per
   thread were added (commit ed3e762); their run reached its step limit before the benchmark
-  finished: not yet measured.
+  finished.
+Eighth session (commit f2b93ac, results/gpu_logs/2026-12-01-session8), those tiles against the
+  torch.compile timed in the same child: T=1 1.37 / 1.23 us, T=3 1.52 / 1.35, T=8 2.32 / 2.13,
+  T=64 4.20 / 4.67 (faster), T=1000 34.95 / 33.91, T=16384 467.28 / 467.93 us (a tie, 101% of the
+  copy floor). Goal still missed at T <= 8 and T = 1000; see approx_sigmoid.py and flat.py.
 
 Numerics (reference_model/ops.py swiglu):
   out = bf16((g * sigmoid(g)) * u),  g = f32(gate), u = f32(up)      one rounding point

@@ -26,7 +26,13 @@ Numerics (reference_model/ops.py output_gate, BEAM.md §3.6):
   the bias gather and the masks, not the approximation; the GPU run checks that.
 
 Floor (bytes / 4275 GB/s, bytes = 3*T*H*Dh*2 + H*bias bytes, H*Dh = 6144): T=1 37 KB -> 0.01 us,
-latency bound (the launch); T=16384 604 MB -> 141.3 us (goal <= 143 us). Not measured on the GPU yet.
+latency bound (the launch); T=16384 604 MB -> 141.3 us (goal <= 143 us).
+Measured on the H200 (eighth session, commit acfa724, results/gpu_logs/2026-12-01-session8b), against
+  the torch.compile timed in the same child: T=1 1.23 / 1.19 us, T=3 1.28 / 1.25, T=8 1.61 / 1.32,
+  T=64 2.61 / 2.46, T=1000 10.98 / 11.40 (faster), T=16384 148.99 / 142.47 us (95% of the floor).
+  1-ulp differences: none at T <= 64, 43 of 18432000 at T=1000, 822 of 301989888 at T=16384, the
+  very counts of torch.compile's output. Against head_rows.py (ed3e762: T=1 1.26, T=8 1.75) the
+  fast sigmoid saved 0.03-0.14 us: the arithmetic is not what keeps it behind compile.
 
 Launch: as head_rows.py: grid = cdiv(T*H, BLOCK_R) programs over the flattened (token, head) rows,
 autotuned per (H, Dh, T bucket), decode-size buckets timed as CUDA-graph replays.

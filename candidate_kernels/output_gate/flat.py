@@ -27,7 +27,15 @@ Numerics: exactly approx_sigmoid.py's (reference_model/ops.py output_gate, BEAM.
   interpreter computes tl.exp and `/` exactly (numpy): CPU parity checks the indexing, not that.
 
 Floor (bytes / 4275 GB/s, bytes = 3*T*H*Dh*2 + H*bias bytes, H*Dh = 6144): T=1 37 KB -> 0.01 us,
-latency bound (the launch); T=16384 604 MB -> 141.3 us (goal <= 143 us). Not measured on the GPU yet.
+latency bound (the launch); T=16384 604 MB -> 141.3 us (goal <= 143 us).
+Measured on the H200 (eighth session, commit 4dd1b96, results/gpu_logs/2026-12-01-session8c), against
+  the torch.compile timed in the same child, with the autotuner's choice (BLOCK / warps, from the
+  records): T=1 1.23 / 1.23 us (256 / 4: a tie), T=3 1.28 / 1.34 (256 / 4: faster), T=8 1.55 / 1.33
+  (1024 / 8: slower), T=64 2.51 / 2.58 (1024 / 8: faster), T=1000 11.84 / 12.49 (2048 / 8: bands
+  overlap), T=16384 152.98 / 145.38 us (1024 / 4: 92% of the floor; compile 97%). Goal missed at
+  T = 8 by 0.22 us and at T = 16384 by 10 us (143). At T = 8 the autotuner, timing graph replays,
+  chose 8 elements per thread over 48 programs where T = 1 and 3 ran best with 2 per thread; why
+  this layout streams slower than Inductor's at T = 16384 was not profiled.
 
 Launch: grid = cdiv(T*H*Dh, BLOCK); (BLOCK, num_warps) autotuned per (H, Dh, T bucket) over 1-16
 elements per thread, decode-size buckets timed as CUDA-graph replays.

@@ -18,9 +18,16 @@ Floor (bytes / 4275 GB/s, bytes = N*D*2 + T*D*2 + T*N*2, N = 14336, D = 5120):
   T=1   146.8 MB -> 34.35 us (goal <= 35.5 us, >= 97% of it)
   T=8   147.0 MB -> 34.39 us (goal <= 35.5 us)
   T=64  149.3 MB -> 34.93 us
-Not yet measured on a GPU (written in the seventh session after Nsight Compute's reading of
-stream_k; CPU-checked through the interpreter). To reproduce on the H200:
-  python -m harness run task=qkv_gate_gemm "candidates=[weight_rows,stream_k]"
+Measured on the H200 (eighth session, commit f2b93ac, results/gpu_logs/2026-12-01-session8/run_qkv.log;
+  `python -m harness run task=qkv_gate_gemm "candidates=[weight_rows,stream_k]" bench.max_seconds=3`),
+  against the packed cuBLAS reference timed in the same child:
+  T=1 37.81 / 37.85 us (92% of the floor: a tie; stream_k 43.61), T=3 69.22 / 37.69, T=8 135.92 /
+  37.44, T=64 43.94 / 40.61, T=1000 272.16 / 199.18. Goal (35.5 us) missed at T = 1 by 2.3 us. The
+  GEMV is far off at T = 3..8: its time grows by about 14 us per token (37.8, 69.2, 135.9 us at
+  T = 1, 3, 8), so per-token work in the kernel, not the weight stream, sets it there; the 18 us
+  of FMAs estimated above for T = 8 does not account for it (not profiled: register use and the
+  per-token reductions are the suspects). cuBLAS's packed GEMM reads W at 92-95% of the copy floor
+  for T <= 8.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 - T <= 8: each product of two BF16 values is exact in FP32; a block's products are summed in FP32
