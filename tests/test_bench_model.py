@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-from types import SimpleNamespace
 
 import pytest
 import torch
 
-from harness import bench_model, bench_model_report, profile_analysis
+from harness import bench_model, bench_model_report
 from harness.bench_model import BenchModelSettings
 from reference_model.config import get_config
 from reference_model.model import Beam, parameter_counts
@@ -73,51 +72,6 @@ def test_decode_floor_bytes_agree_with_the_parameter_count_of_beam_slice():
 
 
 # ---- kernel counts --------------------------------------------------------------------------------------
-def _x(cat, name, ts, dur=1.0, tid=1, correlation=None):
-    args = {} if correlation is None else {"correlation": correlation}
-    return {"ph": "X", "cat": cat, "name": name, "pid": 7, "tid": tid, "ts": ts, "dur": dur, "args": args}
-
-
-def test_the_chrome_trace_counts_the_device_work_each_range_launched():
-    """Two ranges on the host thread; device work is counted by where its launch call (linked by
-    correlation id) started, not by when the GPU ran it."""
-    trace = {"traceEvents": [
-        {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "python"}},
-        _x("user_annotation", "L0.attention", 100, 100),
-        _x("cpu_op", "aten::mm", 120, 30),  # a nested op: its launch counts for the range around it
-        _x("cuda_runtime", "cudaLaunchKernel", 125, correlation=1),
-        _x("cuda_driver", "cuLaunchKernelEx", 160, correlation=2),  # a Triton launch by the range itself
-        _x("cuda_runtime", "cudaLaunchKernel", 220, correlation=3),  # between the ranges: in neither
-        _x("user_annotation", "L0.mlp", 250, 100),
-        _x("cuda_runtime", "cudaMemcpyAsync", 260, correlation=4),
-        _x("cuda_runtime", "cudaLaunchKernel", 270, correlation=5),
-        _x("cuda_runtime", "cudaMemsetAsync", 280, correlation=6),
-        _x("cuda_runtime", "cudaDeviceGetAttribute", 290, correlation=7),  # launches nothing
-        _x("cuda_runtime", "cudaLaunchKernel", 300, tid=2, correlation=8),  # another thread
-        {"ph": "s", "id": 1, "pid": 7, "tid": 1, "ts": 125, "cat": "ac2g", "name": "ac2g"},
-        _x("kernel", "sm90_gemm", 400, tid=9, correlation=1),  # runs after its range ended
-        _x("kernel", "triton_qk_norm_rope", 410, tid=9, correlation=2),
-        _x("kernel", "outside", 420, tid=9, correlation=3),
-        _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 430, tid=9, correlation=4),
-        _x("kernel", "swiglu", 440, tid=9, correlation=5),
-        _x("gpu_memset", "Memset (Device)", 450, tid=9, correlation=6),
-        _x("kernel", "other_thread", 460, tid=9, correlation=8),
-        _x("kernel", "launched_before_the_profile", 90, tid=9, correlation=99),
-    ]}  # fmt: skip
-    assert profile_analysis.trace_range_launches(trace) == {
-        "L0.attention": {"kernels": 2, "copies": 0}, "L0.mlp": {"kernels": 1, "copies": 2}}  # fmt: skip
-
-
-def _event(name, children=()):
-    return SimpleNamespace(name=name, kernels=[], cpu_children=list(children), cpu_time_total=0.0)
-
-
-def test_the_cpu_count_is_the_leaf_aten_calls_that_compute():
-    linear = _event("aten::linear", [_event("aten::t"), _event("aten::mm")])
-    events = [_event("L0.attention", [linear, _event("aten::view"), _event("aten::add")]), linear]
-    assert profile_analysis.range_launches(events) == {"L0.attention": {"kernels": 2, "copies": 0}}
-
-
 def test_kernels_are_summed_per_layer_and_a_missing_range_leaves_its_layer_out():
     cfg = get_config("beam-tiny")
     counts = {}

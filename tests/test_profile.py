@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -217,6 +218,46 @@ def _reference_calls(cfg, seqs: int) -> list[OpCall]:
             calls += [gate, up, op("swiglu"), down]
         calls.append(op("norm_residual_norm"))
     return [*calls, op("lm_head_logits")]
+
+
+def test_the_chrome_trace_counts_the_device_work_each_range_launched():
+    """Two ranges on the host thread; device work is counted by where its launch call (linked by
+    correlation id) started, not by when the GPU ran it."""
+    trace = {"traceEvents": [
+        {"ph": "M", "name": "process_name", "pid": 7, "args": {"name": "python"}},
+        _x("user_annotation", "L0.attention", 100, 100),
+        _x("cpu_op", "aten::mm", 120, 30),  # a nested op: its launch counts for the range around it
+        _x("cuda_runtime", "cudaLaunchKernel", 125, correlation=1),
+        _x("cuda_driver", "cuLaunchKernelEx", 160, correlation=2),  # a Triton launch by the range itself
+        _x("cuda_runtime", "cudaLaunchKernel", 220, correlation=3),  # between the ranges: in neither
+        _x("user_annotation", "L0.mlp", 250, 100),
+        _x("cuda_runtime", "cudaMemcpyAsync", 260, correlation=4),
+        _x("cuda_runtime", "cudaLaunchKernel", 270, correlation=5),
+        _x("cuda_runtime", "cudaMemsetAsync", 280, correlation=6),
+        _x("cuda_runtime", "cudaDeviceGetAttribute", 290, correlation=7),  # launches nothing
+        _x("cuda_runtime", "cudaLaunchKernel", 300, tid=2, correlation=8),  # another thread
+        {"ph": "s", "id": 1, "pid": 7, "tid": 1, "ts": 125, "cat": "ac2g", "name": "ac2g"},
+        _x("kernel", "sm90_gemm", 400, tid=9, correlation=1),  # runs after its range ended
+        _x("kernel", "triton_qk_norm_rope", 410, tid=9, correlation=2),
+        _x("kernel", "outside", 420, tid=9, correlation=3),
+        _x("gpu_memcpy", "Memcpy DtoD (Device -> Device)", 430, tid=9, correlation=4),
+        _x("kernel", "swiglu", 440, tid=9, correlation=5),
+        _x("gpu_memset", "Memset (Device)", 450, tid=9, correlation=6),
+        _x("kernel", "other_thread", 460, tid=9, correlation=8),
+        _x("kernel", "launched_before_the_profile", 90, tid=9, correlation=99),
+    ]}  # fmt: skip
+    assert profile_analysis.trace_range_launches(trace) == {
+        "L0.attention": {"kernels": 2, "copies": 0}, "L0.mlp": {"kernels": 1, "copies": 2}}  # fmt: skip
+
+
+def _cpu_event(name, children=()):
+    return SimpleNamespace(name=name, cpu_children=list(children), cpu_time_total=0.0)
+
+
+def test_the_cpu_count_is_the_leaf_aten_calls_that_compute():
+    linear = _cpu_event("aten::linear", [_cpu_event("aten::t"), _cpu_event("aten::mm")])
+    events = [_cpu_event("L0.attention", [linear, _cpu_event("aten::view"), _cpu_event("aten::add")]), linear]
+    assert profile_analysis.range_launches(events) == {"L0.attention": {"kernels": 2, "copies": 0}}
 
 
 def test_the_reference_calls_are_what_the_call_log_records():
