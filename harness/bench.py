@@ -217,6 +217,12 @@ def _graph_timer(name: str, fn: Callable[..., Any], input_sets: list[dict], sett
     return _replay_timer(name, graph.replay, settings, keep=(graph, keep))
 
 
+def _units_to_fill(window_us: float, unit_us: float, least: int, most: int) -> int:
+    """How many units of `unit_us` of GPU work a window needs to hold `window_us`, within [least, most]."""
+    wanted = math.ceil(window_us / unit_us) if unit_us > 0 else most
+    return max(least, min(most, wanted))
+
+
 def _replay_timer(name: str, replay: Callable[[], None], settings: BenchSettings, keep: Any = None) -> _Timer:
     """Windows of back-to-back replays of a graph of `graph_calls` calls (one until resized)."""
     calls = settings.graph_calls
@@ -233,9 +239,7 @@ def _replay_timer(name: str, replay: Callable[[], None], settings: BenchSettings
         return start.elapsed_time(end) * 1e3 / (calls * replays[0])
 
     def resize(per_call_us: float) -> int:
-        most = settings.graph_replays_max
-        wanted = math.ceil(settings.window_us / (per_call_us * calls)) if per_call_us > 0 else most
-        replays[0] = max(1, min(most, wanted))
+        replays[0] = _units_to_fill(settings.window_us, per_call_us * calls, 1, settings.graph_replays_max)
         return calls * replays[0]
 
     return _Timer(name, window, "cuda_graph", calls, keep=keep, resize=resize)
@@ -307,8 +311,7 @@ def _event_timer(
         return start.elapsed_time(end) * 1e3 / calls[0]
 
     def resize(per_call_us: float) -> int:
-        wanted = math.ceil(settings.window_us / per_call_us) if per_call_us > 0 else settings.event_calls_max
-        calls[0] = max(settings.event_calls, min(settings.event_calls_max, wanted))
+        calls[0] = _units_to_fill(settings.window_us, per_call_us, settings.event_calls, settings.event_calls_max)
         return calls[0]
 
     return _Timer(name, window, "events", calls[0], note, resize=resize)
