@@ -12,7 +12,8 @@ between packed and four GEMMs):
   reference+compile   the fair peer: every reference op under torch.compile, and the decode step
                       captured in a CUDA graph (prefill is not graph-captured, as in a serving
                       engine). The MoE experts' prefill path groups tokens on the host: eager.
-  optimized           the promoted candidates, the library paths, packing, decode CUDA graph
+  optimized           the promoted candidates, the library paths, packing, decode CUDA graph;
+                      the pointwise ops without a promoted candidate compiled (compiled:<op>)
   +<change>           the waterfall: changes added one at a time, in CHANGE_ORDER, from the
                       eager reference
   -<change>           the optimized model with one change removed (removing pack_qkv_gate also
@@ -59,6 +60,7 @@ from tasks import get_task
 # of BEAM.md §6 (and the two routing/expert tasks beyond it).
 CHANGE_ORDER = (
     "cuda_graph", "pack_qkv_gate", "library:attention", "library:moe_experts",
+    "compiled:rms_norm", "compiled:output_gate", "compiled:swiglu",
     "fuse_norm", "qk_norm_rope", "output_gate", "router_gemm", "qkv_gate_gemm", "dense_act", "moe_route", "moe_experts",
 )  # fmt: skip
 CHOICE_MODES = ("promoted", "present")
@@ -169,7 +171,11 @@ class Variant:
 
 
 def available_changes(choices: dict[str, CandidateChoice], library: dict[str, LibraryOp], on_gpu: bool) -> list[str]:
-    present = {"pack_qkv_gate", *choices, *(f"library:{f}" for f in library)}
+    """The changes in force, in CHANGE_ORDER. A compiled path stands in for a missing candidate:
+    with a candidate chosen for its op it never runs, so it is no change."""
+    with_candidate = {optimized_model.TASK_FIELDS[t] for t in choices}
+    paths = [lib.change for f, lib in library.items() if lib.kind != "compiled" or f not in with_candidate]
+    present = {"pack_qkv_gate", *choices, *paths}
     if on_gpu:
         present.add("cuda_graph")
     return [c for c in CHANGE_ORDER if c in present]
@@ -190,7 +196,7 @@ def variant_ops(variant: Variant, choices, library, cfg, device) -> OptimizedOps
     if variant.compiled:
         return compiled_reference_ops()
     chosen = {t: c for t, c in choices.items() if t in variant.changes}
-    libs = {f: op for f, op in library.items() if f"library:{f}" in variant.changes}
+    libs = {f: op for f, op in library.items() if op.change in variant.changes}
     return optimized_model.build_ops(chosen, cfg, device, libs, pack_qkv_gate="pack_qkv_gate" in variant.changes)
 
 

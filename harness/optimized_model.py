@@ -1,11 +1,12 @@
 """The optimized Beam: the reference model with its `ops` filled from promotion records.
 
-    optimized = build_ops(promoted_choices(), cfg, device, library=library_paths.library_ops(device))
+    optimized = build_ops(promoted_choices(), cfg, device, library=library_paths.library_ops(device, cfg))
     model = optimized_model(cfg, optimized, device, seed)         # pack_qkv_gate=True
 
 One builder, `build_ops`, turns an explicit mapping task -> CandidateChoice (a file and the content
-hash it must have) into a ModelOps, on top of the library paths (GPU: harness/library_paths.py)
-and the reference. The mapping comes from the promotion records (`promoted_choices`: what
+hash it must have) into a ModelOps, on top of the library paths (GPU: harness/library_paths.py:
+library kernels, and Inductor's fusion of the pointwise ops that have no promoted candidate) and
+the reference. The mapping comes from the promotion records (`promoted_choices`: what
 `harness run` promoted), from files named explicitly (`explicit_choices`: the CPU parity test
 uses every candidate present, since promotion needs GPU timings), or from any subset of either
 (the waterfall of `harness bench model` removes and adds changes one at a time).
@@ -83,18 +84,26 @@ class CandidateChoice:
 @dataclass(frozen=True)
 class LibraryOp:
     """A library path for one ModelOps field (harness/library_paths.py). `make` receives the
-    ModelOps with every chosen candidate in place, so a library path can call them."""
+    ModelOps with every chosen candidate in place, so a library path can call them. kind "library"
+    is a maintained kernel library; "compiled" is Inductor's fusion of the reference op, a fallback
+    for an op that has no promoted candidate."""
 
     field: str
     make: Callable[[ModelOps], Callable]  # the path, given the other ops (e.g. the SwiGLU it should use)
     name: str
     detail: str
+    kind: Literal["library", "compiled"] = "library"
+
+    @property
+    def change(self) -> str:
+        """Its name in the waterfall of `harness bench model`: "library:attention", "compiled:swiglu"."""
+        return f"{self.kind}:{self.field}"
 
 
 @dataclass(frozen=True)
 class OpSource:
     field: str
-    kind: Literal["reference", "candidate", "library", "candidate+library"]
+    kind: Literal["reference", "candidate", "library", "compiled", "candidate+library", "candidate+compiled"]
     name: str
     detail: str
 
@@ -309,7 +318,7 @@ def build_ops(
     for field, lib in library.items():
         if field not in chosen:
             fields[field] = lib.make(with_candidates)
-            sources[field] = OpSource(field, "library", lib.name, lib.detail)
+            sources[field] = OpSource(field, lib.kind, lib.name, lib.detail)
     for task in choices:
         field, max_tokens = TASK_FIELDS[task], measured_tokens(task)
         if max_tokens < PREFILL_TOKENS:
@@ -318,7 +327,7 @@ def build_ops(
             above_name = f"{lib.name} ({lib.detail})" if lib else "the reference"
             fields[field] = split_by_tokens(chosen[field], above, max_tokens)
             cand = sources[field]
-            kind = "candidate+library" if lib else "candidate"
+            kind = f"candidate+{lib.kind}" if lib else "candidate"
             detail = f"{cand.detail}; T <= {max_tokens} (its task's shapes), above: {above_name}"
             sources[field] = OpSource(field, kind, cand.name + (f" | {lib.name}" if lib else ""), detail)
     return OptimizedOps(replace(REFERENCE_OPS, **fields), tuple(sources.values()), pack_qkv_gate)

@@ -11,6 +11,7 @@ import torch
 
 from harness import bench_model, bench_model_report
 from harness.bench_model import BenchModelSettings
+from harness.optimized_model import LibraryOp
 from reference_model.config import get_config
 from reference_model.model import Beam, parameter_counts
 
@@ -48,10 +49,19 @@ def test_waterfall_adds_changes_in_order_and_removes_each_in_turn():
 
 
 def test_available_changes_follow_the_change_order():
+    def path(field, kind="library"):
+        return LibraryOp(field, lambda _ops: None, "lib", "test", kind)
+
     choices = {"moe_experts": None, "fuse_norm": None}
-    got = bench_model.available_changes(choices, {"attention": None}, on_gpu=True)
-    assert got == ["cuda_graph", "pack_qkv_gate", "library:attention", "fuse_norm", "moe_experts"]
+    library = {"attention": path("attention"), "moe_experts": path("moe_experts")}
+    got = bench_model.available_changes(choices, library, on_gpu=True)
+    want = ["cuda_graph", "pack_qkv_gate", "library:attention", "library:moe_experts", "fuse_norm", "moe_experts"]
+    assert got == want
     assert "cuda_graph" not in bench_model.available_changes(choices, {}, on_gpu=False)
+    # A compiled path stands in for a missing candidate: with output_gate's candidate chosen it is no change.
+    library |= {"swiglu": path("swiglu", "compiled"), "output_gate": path("output_gate", "compiled")}
+    got = bench_model.available_changes({**choices, "output_gate": None}, library, on_gpu=True)
+    assert got == [*want[:4], "compiled:swiglu", "fuse_norm", "output_gate", "moe_experts"]
 
 
 # ---- the floor ------------------------------------------------------------------------------------------

@@ -9,9 +9,11 @@ commit): BEAM_WRITE_GOLDEN=1 .venv/bin/python -m pytest tests/test_optimized_mod
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import multiprocessing
 import os
+import re
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -235,6 +237,51 @@ def test_a_changed_token_is_admissible_only_where_a_narrow_rerouting_was_observe
     assert not often.passed and f"rerouted at {DECODE_STEPS // 2 + 1} of {DECODE_STEPS} steps" in often.summary()
 
 
+# ---- compiled pointwise ops -------------------------------------------------------------------------------
+AOT_EAGER = functools.partial(torch.compile, backend="aot_eager")  # dynamo's tracing, no code generation
+
+
+def test_compiled_pointwise_ops_stand_in_where_no_candidate_is_chosen(reference_run):
+    """Each compiled op passes its probe; a chosen candidate takes its op's place; the model with the
+    compiled ops (dynamo tracing its real calls: strided gate views, prefill chunks, decode) gives
+    the reference's logits."""
+    compiled, notes = library_paths.compiled_ops(TINY, CPU, AOT_EAGER)
+    assert sorted(compiled) == sorted(library_paths.COMPILED_FIELDS) and notes == []
+    assert {op.change for op in compiled.values()} == {f"compiled:{f}" for f in library_paths.COMPILED_FIELDS}
+    built = optimized_model.build_ops({"output_gate": _choice(OUTPUT_GATE)}, TINY, CPU, compiled)
+    kinds = {s.field: s.kind for s in built.sources}
+    assert (kinds["output_gate"], kinds["rms_norm"], kinds["swiglu"]) == ("candidate", "compiled", "compiled")
+    only_compiled = optimized_model.build_ops({}, TINY, CPU, compiled)
+    model = optimized_model.optimized_model(TINY, only_compiled, CPU, SEED)
+    run = model_parity.greedy_run(model, TINY_CHUNKS, DECODE_STEPS, forced=reference_run.tokens)
+    assert run.argmax == reference_run.argmax
+    for got, want in zip(run.chunk_logits + run.step_logits, reference_run.chunk_logits + reference_run.step_logits,
+                         strict=True):  # fmt: skip
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+def _more_than_an_ulp_off(fn):
+    return lambda **kwargs: (fn(**kwargs).float() * 1.02).to(torch.bfloat16)
+
+
+def _failing(fn):
+    def call(**kwargs):
+        raise RuntimeError("backend compiler failed")
+
+    return call
+
+
+@pytest.mark.parametrize("compile_fn, why", [
+    (_more_than_an_ulp_off, r"elements more than one BF16 ulp from the reference"),
+    (_failing, r"raised RuntimeError: backend compiler failed"),
+])  # fmt: skip
+def test_a_compiled_op_that_fails_its_probe_leaves_the_reference_in_place(compile_fn, why):
+    compiled, notes = library_paths.compiled_ops(TINY, CPU, compile_fn)
+    assert compiled == {}
+    assert len(notes) == len(library_paths.COMPILED_FIELDS)
+    assert all(re.search(rf"^\w+: torch.compile unusable \(.*{why}", note) for note in notes), notes
+
+
 # ---- the library attention's layouts, with stand-in kernels on the CPU --------------------------------
 def _stand_in_prefill(q_THD, k_SKD, v_SKD, window):
     """The contract of a position-order prefill kernel (keys = one run of positions ending at the last
@@ -412,9 +459,16 @@ def test_every_library_attention_path_passes_its_probe_on_cuda():
 
 
 @pytest.mark.gpu
+def test_every_compiled_pointwise_op_passes_its_probe_on_cuda():
+    compiled, notes = library_paths.compiled_ops(get_config("beam-slice"), torch.device("cuda"))
+    assert not notes, f"compiled ops fell back: {notes}"
+    assert sorted(compiled) == sorted(library_paths.COMPILED_FIELDS)
+
+
+@pytest.mark.gpu
 def test_decode_library_paths_are_graph_capturable_on_cuda():
     """One decode step of a small model through the decode library paths (flash varlen on the region and the ring,
-    grouped GEMM experts), captured and replayed: the eager step's logits, bit for bit."""
+    grouped GEMM experts, the compiled pointwise ops), captured and replayed: the eager step's logits, bit for bit."""
     from harness.model_cmd import capture_decode_graph
     from tasks.moe_experts import grouped_mm_experts
 
@@ -423,7 +477,10 @@ def test_decode_library_paths_are_graph_capturable_on_cuda():
     attention = library_paths.LibraryAttention(flash, library_paths.ring_decode(flash), None)
     cases = library_paths._probe_cases(cfg, torch.device("cuda"))
     assert library_paths.probe(attention, cases["decode_global"] + cases["decode_sliding"]) is None
-    model_ops = ops.ModelOps(attention=attention, moe_experts=grouped_mm_experts())
+    compiled, notes = library_paths.compiled_ops(cfg, torch.device("cuda"))
+    assert not notes, notes
+    compiled_fields = {field: op.make(REFERENCE_OPS) for field, op in compiled.items()}
+    model_ops = ops.ModelOps(attention=attention, moe_experts=grouped_mm_experts(), **compiled_fields)
     model = random_model(cfg, SEED, "cuda", ops=model_ops, pack_qkv_gate=True)
     cache = KVCache(cfg, 1, 64, "cuda")
     model.prefill(cache, [list(range(20))])
