@@ -25,7 +25,17 @@ Numerics: exactly flat.py's (reference_model/ops.py swiglu):
 
 Floor (bytes / 4275 GB/s, bytes = 3*T*F*2, F = 20480): T=1 123 KB -> 0.03 us, latency bound (the
 launch); T=16384 2.01 GB -> 470.9 us.
-Not yet measured on a GPU.
+Measured on the H200 (ninth session, commit 27eedfb, results/gpu_logs/2026-12-01-session9b), p50
+  (p20-p80) against the torch.compile timed in the same child, and the autotuner's pick:
+  T=1      1.218 (1.217-1.222) / 1.250 (1.247-1.252) us  faster   (256, 4)
+  T=3      1.345 (1.329-1.357) / 1.336 (1.332-1.343) us  tie      (256, 4)
+  T=8      2.026 (2.021-2.031) / 2.050 (2.045-2.055) us  faster   (512, 8)
+  T=64     3.739 (3.726-3.766) / 3.746 (3.730-3.776) us  tie      (1024, 4)
+  T=1000   33.31 (32.70-33.97) / 33.64 (32.62-34.06) us  tie      (1024, 4)
+  T=16384  472.4 (467.8-476.4) / 472.7 (468.5-477.3) us  tie      (1024, 4), 100% of the copy floor
+  Goal (not slower than compile anywhere): met, as ties within the p20-p80 bands where it is not
+  faster. Not promoted: promotion needs a speedup beyond noise over every baseline on every shape.
+  At T = 16384 both run at the copy floor, so that is out of reach for any kernel of this op.
 
 Launch: grid = cdiv(T*F, BLOCK); the two configs of the element count autotuned per (F, size
 bucket). Inputs whose rows are not contiguous (a strided view) take the general index path.

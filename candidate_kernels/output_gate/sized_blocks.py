@@ -27,7 +27,22 @@ Numerics: exactly flat.py's (reference_model/ops.py output_gate, BEAM.md §3.6):
 
 Floor (bytes / 4275 GB/s, bytes = 3*T*H*Dh*2 + H*bias bytes, H*Dh = 6144): T=1 37 KB -> 0.01 us,
 latency bound (the launch); T=16384 604 MB -> 141.3 us (goal <= 143 us).
-Not yet measured on a GPU.
+Measured on the H200 (ninth session), p50 (p20-p80) against the torch.compile timed in the same
+  child, and the autotuner's pick; two runs on two loans of the machine:
+           commit 27eedfb, do_bench tuning everywhere         commit 29b3d52 (this kernel)
+  T=1      1.214 / 1.185 us  slower 2.4%  (128, 4)           1.284 / 1.285 us  tie          (256, 4)
+  T=3      1.316 / 1.250 us  slower 5%    (128, 4)           1.339 / 1.339 us  tie          (256, 4)
+  T=8      1.333 / 1.337 us  tie          (256, 4)           1.426 / 1.464 us  faster 2.7%  (256, 4)
+  T=64     2.461 / 2.519 us  faster 2.4%  (1024, 4)          2.691 / 2.666 us  slower 0.9%  (512, 8)
+  T=1000   11.50 / 11.49 us  tie          (1024, 4)          13.84 / 12.86 us  slower 7%    (1024, 4)
+  T=16384  142.17 / 142.19 us tie, 100% of the copy floor    148.90 / 148.10 us tie         (1024, 4)
+  (results/gpu_logs/2026-12-01-session9b and -session9c). Goal (not slower than compile anywhere,
+  <= 143 us at T = 16384): missed. Each run has a shape behind compile beyond its p20-p80 band, and
+  not the same one: T = 1000 tied in the first run and lost 7% in the second with the same config.
+  The second run's benchmark child ran both implementations slower than its baselines child did
+  (compile 148.10 against 141.76 us at T = 16384, 12.86 against 11.55 at T = 1000). Ties with
+  Inductor's own kernel are what this design can reach; the verdict of a shape then turns on run
+  to run variation.
 
 Launch: grid = cdiv(T*H*Dh, BLOCK); the two configs of the element count autotuned per (H, Dh, size
 bucket). Inputs whose heads are not contiguous within a token take the general index path; the
