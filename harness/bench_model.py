@@ -83,7 +83,7 @@ class BenchModelSettings:
     ops: tuple[str, ...] = ()  # "task:choice" overrides, choice = reference | file stem | path
     compile_peer: bool = True  # time reference+compile (GPU only)
     waterfall: bool = True  # time the +change / -change variants
-    libraries: bool = True  # library attention and MoE-expert paths (GPU only)
+    libraries: bool = True  # library attention and MoE-expert paths, compiled pointwise ops (GPU only)
     seed: int = 0  # weights, synthetic context and tokens
     out: str = "results/model_bench"  # records, summaries and charts
     results_dir: str | None = None  # promotion records; default <repo>/results
