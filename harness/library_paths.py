@@ -310,20 +310,22 @@ def probe_within_ulp(op: Callable, reference: Callable, args: dict) -> str | Non
     return None
 
 
-def compiled_ops(cfg: BeamConfig, device: torch.device, compile_fn: Callable = torch.compile) -> tuple[dict, list[str]]:
-    """({field: LibraryOp} for every COMPILED_FIELDS op whose compiled form passes its probe, notes
-    on those that fell back). The compiled function is built once per (field, compile_fn) and
-    compiled per input shape on use (dynamo's guards): the decode CUDA graph captures its kernel."""
-    found, notes = {}, []
+def compiled_ops(cfg: BeamConfig, device: torch.device, compile_fn: Callable = torch.compile) -> dict[str, LibraryOp]:
+    """{field: LibraryOp} for every COMPILED_FIELDS op: its compiled form where that passes its probe,
+    else the reference, named so, with the probe's finding as the detail (the model's op table shows
+    it). The compiled function is built once per (field, compile_fn) and compiled per input shape
+    on use (dynamo's guards); the decode CUDA graph captures its kernel."""
+    found = {}
     for field in COMPILED_FIELDS:
         reference = getattr(ops.REFERENCE_OPS, field)
         fn = _compiled(field, compile_fn)
         if (why := probe_within_ulp(fn, reference, _compiled_probe_args(field, cfg, device))) is not None:
-            notes.append(f"{field}: torch.compile unusable ({why}); reference")
+            found[field] = LibraryOp(field, lambda _ops, ref=reference: ref, "reference",
+                                     f"torch.compile unusable ({why}); the reference runs", "compiled")  # fmt: skip
             continue
         detail = "Inductor's fusion of the reference op (no promoted candidate)"
         found[field] = LibraryOp(field, lambda _ops, fn=fn: fn, "torch.compile", detail, "compiled")
-    return found, notes
+    return found
 
 
 @functools.cache
@@ -337,8 +339,7 @@ def library_ops(device: torch.device | str, cfg: BeamConfig) -> dict[str, Librar
     if device.type != "cuda":
         return {}
     attention, name, notes = build_attention(cfg, device)
-    compiled, _ = compiled_ops(cfg, device)
-    return compiled | {
+    return compiled_ops(cfg, device) | {
         "attention": LibraryOp("attention", lambda _ops: attention, name, "; ".join(notes) or "every path probed ok"),
         "moe_experts": LibraryOp(
             "moe_experts", lambda model_ops: moe_experts_task.grouped_mm_experts(model_ops.swiglu), "torch._grouped_mm",

@@ -245,8 +245,9 @@ def test_compiled_pointwise_ops_stand_in_where_no_candidate_is_chosen(reference_
     """Each compiled op passes its probe; a chosen candidate takes its op's place; the model with the
     compiled ops (dynamo tracing its real calls: strided gate views, prefill chunks, decode) gives
     the reference's logits."""
-    compiled, notes = library_paths.compiled_ops(TINY, CPU, AOT_EAGER)
-    assert sorted(compiled) == sorted(library_paths.COMPILED_FIELDS) and notes == []
+    compiled = library_paths.compiled_ops(TINY, CPU, AOT_EAGER)
+    assert sorted(compiled) == sorted(library_paths.COMPILED_FIELDS)
+    assert {op.name for op in compiled.values()} == {"torch.compile"}
     assert {op.change for op in compiled.values()} == {f"compiled:{f}" for f in library_paths.COMPILED_FIELDS}
     built = optimized_model.build_ops({"output_gate": _choice(OUTPUT_GATE)}, TINY, CPU, compiled)
     kinds = {s.field: s.kind for s in built.sources}
@@ -276,10 +277,14 @@ def _failing(fn):
     (_failing, r"raised RuntimeError: backend compiler failed"),
 ])  # fmt: skip
 def test_a_compiled_op_that_fails_its_probe_leaves_the_reference_in_place(compile_fn, why):
-    compiled, notes = library_paths.compiled_ops(TINY, CPU, compile_fn)
-    assert compiled == {}
-    assert len(notes) == len(library_paths.COMPILED_FIELDS)
-    assert all(re.search(rf"^\w+: torch.compile unusable \(.*{why}", note) for note in notes), notes
+    """The reference runs, and the op's recorded source says why."""
+    compiled = library_paths.compiled_ops(TINY, CPU, compile_fn)
+    assert sorted(compiled) == sorted(library_paths.COMPILED_FIELDS)
+    for field, op in compiled.items():
+        assert op.make(REFERENCE_OPS) is getattr(REFERENCE_OPS, field)
+        assert op.name == "reference" and re.search(rf"^torch.compile unusable \(.*{why}", op.detail), op.detail
+    source = optimized_model.build_ops({}, TINY, CPU, compiled).source("swiglu")
+    assert (source.kind, source.name) == ("compiled", "reference") and "unusable" in source.detail
 
 
 # ---- the library attention's layouts, with stand-in kernels on the CPU --------------------------------
@@ -460,9 +465,9 @@ def test_every_library_attention_path_passes_its_probe_on_cuda():
 
 @pytest.mark.gpu
 def test_every_compiled_pointwise_op_passes_its_probe_on_cuda():
-    compiled, notes = library_paths.compiled_ops(get_config("beam-slice"), torch.device("cuda"))
-    assert not notes, f"compiled ops fell back: {notes}"
-    assert sorted(compiled) == sorted(library_paths.COMPILED_FIELDS)
+    compiled = library_paths.compiled_ops(get_config("beam-slice"), torch.device("cuda"))
+    names, details = {f: op.name for f, op in compiled.items()}, [op.detail for op in compiled.values()]
+    assert names == dict.fromkeys(library_paths.COMPILED_FIELDS, "torch.compile"), details
 
 
 @pytest.mark.gpu
@@ -477,8 +482,8 @@ def test_decode_library_paths_are_graph_capturable_on_cuda():
     attention = library_paths.LibraryAttention(flash, library_paths.ring_decode(flash), None)
     cases = library_paths._probe_cases(cfg, torch.device("cuda"))
     assert library_paths.probe(attention, cases["decode_global"] + cases["decode_sliding"]) is None
-    compiled, notes = library_paths.compiled_ops(cfg, torch.device("cuda"))
-    assert not notes, notes
+    compiled = library_paths.compiled_ops(cfg, torch.device("cuda"))
+    assert {op.name for op in compiled.values()} == {"torch.compile"}, [op.detail for op in compiled.values()]
     compiled_fields = {field: op.make(REFERENCE_OPS) for field, op in compiled.items()}
     model_ops = ops.ModelOps(attention=attention, moe_experts=grouped_mm_experts(), **compiled_fields)
     model = random_model(cfg, SEED, "cuda", ops=model_ops, pack_qkv_gate=True)
