@@ -56,7 +56,7 @@ from reference_model.ops import REFERENCE_OPS, ModelOps
 from reference_model.weights import random_model
 from tasks import get_task
 
-# The waterfall's order: the model-level switches, the library paths, then the tasks in the order
+# The waterfall's order: the model-level switches, the library paths, the compiled ops, then the tasks in the order
 # of BEAM.md §6 (and the two routing/expert tasks beyond it).
 CHANGE_ORDER = (
     "cuda_graph", "pack_qkv_gate", "library:attention", "library:moe_experts",
