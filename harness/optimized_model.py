@@ -122,6 +122,10 @@ class OptimizedOps:
                 return s
         raise KeyError(f"no op field {field!r}; fields: {[s.field for s in self.sources]}")
 
+    def implementations(self) -> dict[str, str]:
+        """What implements each op, one line per field: its kind and name ("reference" alone)."""
+        return {s.field: s.kind if s.kind == "reference" else f"{s.kind} {s.name}" for s in self.sources}
+
     def describe(self) -> str:
         width = max(len(s.field) for s in self.sources)
         lines = [f"  {s.field:<{width}}  {s.kind:<17} {s.name}  {s.detail}".rstrip() for s in self.sources]
@@ -363,8 +367,9 @@ def set_packed(model: Beam, packed: bool) -> None:
 
 
 # ---- the hook of `harness profile` (harness/profile_model.py) -------------------------------------
-def build_model_ops(device: torch.device | str) -> tuple[ModelOps, bool]:
-    """The promoted kernels (and on a GPU the library paths) as ModelOps, and pack_qkv_gate."""
+def build_model_ops(device: torch.device | str) -> tuple[ModelOps, bool, dict[str, str]]:
+    """The promoted kernels (and on a GPU the library paths) as ModelOps, pack_qkv_gate, and what
+    implements each op ("candidate fuse_norm/persistent_prefetch", "compiled torch.compile", ...)."""
     from harness import library_paths
 
     device = torch.device(device)
@@ -372,4 +377,4 @@ def build_model_ops(device: torch.device | str) -> tuple[ModelOps, bool]:
     # in the interpreter).
     cfg = get_config("beam-tiny" if device.type == "cpu" else "beam")
     optimized = build_ops(promoted_choices(), cfg, device, library=library_paths.library_ops(device, cfg))
-    return optimized.ops, optimized.pack_qkv_gate
+    return optimized.ops, optimized.pack_qkv_gate, optimized.implementations()

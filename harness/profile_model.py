@@ -14,8 +14,9 @@ Scenarios (BEAM.md §7): decode is one new token per sequence (batch 1) at about
 x 2048 new tokens on top of about 100K each. On CPU, and for presets whose position tables are
 shorter than that, a small version runs (SCENARIOS: the one place these sizes are written).
 
-`ops=optimized` runs the promoted kernels: harness/optimized_model.py (written later) provides
-`build_model_ops(device) -> (ModelOps, pack_qkv_gate)`, looked up when asked for.
+`ops=optimized` runs the promoted kernels: harness/optimized_model.py provides
+`build_model_ops(device) -> (ModelOps, pack_qkv_gate, {op: what implements it})`, looked up when
+asked for; the summary and profile.json name each op's implementation.
 
 Shape legend: B sequences, T new tokens of a step, V vocabulary.
 """
@@ -81,6 +82,7 @@ class Plan:
     device: torch.device
     ops: ModelOps
     pack_qkv_gate: bool
+    implementations: Mapping[str, str]  # op -> what implements it (empty for the reference ops)
     size: Size
     warmup: int
     steps: int
@@ -105,12 +107,13 @@ def _device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def load_ops(name: str, device: torch.device) -> tuple[ModelOps, bool]:
-    """The ModelOps to profile and whether the model packs its q|k|v|gate projection."""
+def load_ops(name: str, device: torch.device) -> tuple[ModelOps, bool, Mapping[str, str]]:
+    """The ModelOps to profile, whether the model packs its q|k|v|gate projection, and what
+    implements each op (empty for the reference)."""
     if name not in OPS_CHOICES:
         raise ValueError(f"ops {name!r} unknown; known: {list(OPS_CHOICES)}")
     if name == "reference":
-        return REFERENCE_OPS, False
+        return REFERENCE_OPS, False, {}
     if device.type == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any promoted kernel is decorated
     try:
@@ -124,11 +127,16 @@ def load_ops(name: str, device: torch.device) -> tuple[ModelOps, bool]:
         ) from None
     build = getattr(module, OPTIMIZED_HOOK, None)
     if not callable(build):
-        raise ValueError(f"{OPTIMIZED_MODULE} has no {OPTIMIZED_HOOK}(device) -> (ModelOps, pack_qkv_gate)")
-    ops, pack = build(device)
-    if not isinstance(ops, ModelOps) or not isinstance(pack, bool):
-        raise TypeError(f"{OPTIMIZED_HOOK} must return (ModelOps, bool); got ({type(ops).__name__}, {pack!r})")
-    return ops, pack
+        raise ValueError(
+            f"{OPTIMIZED_MODULE} has no {OPTIMIZED_HOOK}(device) -> (ModelOps, pack_qkv_gate, implementations)"
+        )
+    built = build(device)
+    shape_ok = isinstance(built, tuple) and len(built) == 3
+    ops, pack, implementations = built if shape_ok else (None, None, None)
+    if not (isinstance(ops, ModelOps) and isinstance(pack, bool) and isinstance(implementations, Mapping)):
+        got = ", ".join(type(x).__name__ for x in built) if isinstance(built, tuple) else type(built).__name__
+        raise TypeError(f"{OPTIMIZED_HOOK} must return (ModelOps, bool, Mapping[str, str]); got ({got})")
+    return ops, pack, dict(implementations)
 
 
 def _resolve_size(s: ProfileSettings, cfg: BeamConfig, device: torch.device) -> Size:
@@ -196,10 +204,10 @@ def prepare(s: ProfileSettings) -> Plan:
     size = _resolve_size(s, cfg, device)
     scenario = SCENARIOS[s.scenario]
     _memory_check(cfg, size, device)
-    ops, pack = load_ops(s.ops, device)
+    ops, pack, implementations = load_ops(s.ops, device)
     warmup = scenario.warmup if s.warmup is None else s.warmup
     steps = scenario.steps if s.steps is None else s.steps
-    return Plan(s, cfg, device, ops, pack, size, warmup, steps, _run_dir(s, cfg, device))
+    return Plan(s, cfg, device, ops, pack, implementations, size, warmup, steps, _run_dir(s, cfg, device))
 
 
 # ---- the traced ops ------------------------------------------------------------------------------

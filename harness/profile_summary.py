@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -104,7 +105,7 @@ def _count(n: float, noun: str) -> str:
     return f"{n:g} {noun}" + ("" if n == 1 else "s")
 
 
-def _dominant_ops(tables: ProfileTables, top: int) -> list[str]:
+def _dominant_ops(tables: ProfileTables, top: int, implementations: Mapping[str, str]) -> list[str]:
     ops, sites = tables.ops, tables.sites
     head = ops.head(top)
     covered = head["share_pct"].sum()
@@ -115,8 +116,9 @@ def _dominant_ops(tables: ProfileTables, top: int) -> list[str]:
         lines.append(
             f"- `{r['op']}`: {r['share_pct']:.1f}% ({r['time_per_step_us'] / 1e3:.3f} ms per step, "
             f"{_count(r['calls_per_step'], 'call')}, {_count(r['kernels_per_step'], 'kernel')}); "
-            f"{_task_sentence(r, sites)}. "
-            f"By site: {where}."
+            f"{_task_sentence(r, sites)}"
+            + (f"; ran {implementations[r['op']]}" if r["op"] in implementations else "")
+            + f". By site: {where}."
         )
     return lines
 
@@ -157,7 +159,7 @@ def summary_markdown(plan: Plan, tables: ProfileTables, copy_gbps: float | None,
         "",
         "## Which ops dominate",
         "",
-        *_dominant_ops(tables, s.top),
+        *_dominant_ops(tables, s.top, plan.implementations),
     ]
     if tables.not_called:
         lines += ["", "Not called in these steps: " + ", ".join(f"`{op}`" for op in tables.not_called)
@@ -233,6 +235,7 @@ def write(plan: Plan, tables: ProfileTables, copy_gbps: float | None, gemm_tflop
         "settings": dataclasses.asdict(s), "command": s.command(), "preset": plan.cfg.name,
         "size": dataclasses.asdict(plan.size), "warmup": plan.warmup, "steps": plan.steps,
         "device": str(plan.device), "pack_qkv_gate": plan.pack_qkv_gate,
+        "implementations": dict(plan.implementations),
         "step": {**dataclasses.asdict(tables.step), "ops_coverage": tables.step.ops_coverage,
                  "gpu_busy": tables.step.gpu_busy},
         "copy_gbps": copy_gbps, "gemm_tflops": gemm_tflops, "not_called": list(tables.not_called),

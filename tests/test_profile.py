@@ -20,12 +20,12 @@ import pytest
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from harness import profile_analysis, profile_kernel
+from harness import optimized_model, profile_analysis, profile_kernel
 from harness import profile_kernel_records as kr
 from harness.environment import REPO_ROOT
 from harness.profile import ProfileSettings, main
 from harness.profile_analysis import OP_NAMES, OUTER_SCOPES, ProfileMismatch
-from harness.profile_model import OP_SHAPES, STEP_RANGE, CallLog, OpCall, traced_ops
+from harness.profile_model import OP_SHAPES, STEP_RANGE, CallLog, OpCall, load_ops, traced_ops
 from harness.profile_summary import no_task_reason
 from reference_model.cache import KVCache, fill_synthetic_context
 from reference_model.config import get_config
@@ -84,6 +84,7 @@ def test_model_profile_writes_every_artifact(runs, scenario):
     assert set(_expected_calls(scenario)) <= names  # every op that ran has its named range
     meta = json.loads((run / "profile.json").read_text())
     assert meta["not_called"] == ["qkv_gate_proj"]  # the reference model runs unpacked projections
+    assert meta["implementations"] == {} and "; ran " not in (run / "summary.md").read_text()
     assert meta["step"]["time_basis"] == "cpu" and meta["steps"] == 2
 
 
@@ -439,6 +440,34 @@ def test_summary_names_the_dominating_ops_and_their_tasks(runs):
                 assert f"task `{row['task']}`" in bullet
             else:
                 assert no_task_reason(row["op"]) in bullet
+
+
+def test_the_optimized_profile_names_what_implements_each_op(tmp_path):
+    """ops=optimized on the CPU: each promoted task's op names its candidate, the others the
+    reference, in profile.json and in the summary's ranking."""
+    run = _profile(tmp_path, "decode", ops="optimized")
+    promoted = optimized_model.promoted_choices()
+    assert promoted, "no promotion records: nothing to check"
+    want = {field: "reference" for field in OP_NAMES}
+    want |= {optimized_model.TASK_FIELDS[t]: f"candidate {t}/{c.name}" for t, c in promoted.items()}
+    meta = json.loads((run / "profile.json").read_text())
+    assert meta["implementations"] == want and meta["pack_qkv_gate"] is True
+    ranking = (run / "summary.md").read_text().split("## Which ops dominate")[1].split("## Ops")[0]
+    bullets = [line for line in ranking.splitlines() if line.startswith("- `")]
+    assert bullets
+    for bullet in bullets:
+        assert f"; ran {want[bullet.split('`')[1]]}. By site:" in bullet
+
+
+@pytest.mark.parametrize("returned", ["two", "not_ops"])
+def test_an_optimized_hook_of_the_wrong_shape_is_named(monkeypatch, returned):
+    value = (REFERENCE_OPS, True) if returned == "two" else ("ops", True, {})
+    monkeypatch.setattr(optimized_model, "build_model_ops", lambda device: value)
+    with pytest.raises(
+        TypeError,
+        match=r"must return \(ModelOps, bool, Mapping\[str, str\]\); got \((ModelOps, bool|str, bool, dict)\)",
+    ):
+        load_ops("optimized", torch.device("cpu"))
 
 
 def test_traced_ops_name_every_op_and_change_nothing():
