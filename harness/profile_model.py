@@ -131,11 +131,11 @@ def load_ops(name: str, device: torch.device) -> tuple[ModelOps, bool, Mapping[s
             f"{OPTIMIZED_MODULE} has no {OPTIMIZED_HOOK}(device) -> (ModelOps, pack_qkv_gate, implementations)"
         )
     built = build(device)
-    shape_ok = isinstance(built, tuple) and len(built) == 3
-    ops, pack, implementations = built if shape_ok else (None, None, None)
-    if not (isinstance(ops, ModelOps) and isinstance(pack, bool) and isinstance(implementations, Mapping)):
+    kinds = (ModelOps, bool, Mapping)
+    if not (isinstance(built, tuple) and len(built) == 3 and all(map(isinstance, built, kinds))):
         got = ", ".join(type(x).__name__ for x in built) if isinstance(built, tuple) else type(built).__name__
         raise TypeError(f"{OPTIMIZED_HOOK} must return (ModelOps, bool, Mapping[str, str]); got ({got})")
+    ops, pack, implementations = built
     return ops, pack, dict(implementations)
 
 

@@ -253,6 +253,8 @@ def test_compiled_pointwise_ops_stand_in_where_no_candidate_is_chosen(reference_
     kinds = {s.field: s.kind for s in built.sources}
     assert (kinds["output_gate"], kinds["rms_norm"], kinds["swiglu"]) == ("candidate", "compiled", "compiled")
     only_compiled = optimized_model.build_ops({}, TINY, CPU, compiled)
+    for field, op in compiled.items():  # the model's ops are the compiled functions themselves
+        assert getattr(only_compiled.ops, field) is op.make(REFERENCE_OPS) is not getattr(REFERENCE_OPS, field)
     model = optimized_model.optimized_model(TINY, only_compiled, CPU, SEED)
     run = model_parity.greedy_run(model, TINY_CHUNKS, DECODE_STEPS, forced=reference_run.tokens)
     assert run.argmax == reference_run.argmax
