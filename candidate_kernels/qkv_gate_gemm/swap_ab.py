@@ -14,7 +14,10 @@ multiplied in FP32 registers, which cost ~14 us per token. Here:
   - the W and x tiles go through a ring of `num_stages` shared-memory buffers (cp.async), 3-4
     tiles of 16-64 KB in flight per program;
   - each program owns whole rows of W (no split of K): no partial sums, no fixup, one rounding.
-    The 112-224 programs are all resident at once, share the HBM bandwidth and finish together.
+    The 112-224 programs of BLOCK_N rows are all resident at once and share the HBM bandwidth;
+    as 112 or 224 tiles over 132 SMs they leave 20 SMs idle or load 92 SMs twice, so configs with
+    PROGRAMS_PER_SM = k instead give each of k x 132 programs an equal run of cdiv(N, k x 132)
+    rows (109 or 55 for Beam), masked inside a BLOCK_N tile: every SM streams the same bytes.
 Prefill (T > 64) uses the same kernel on [BLOCK_N, 64-128] tiles, fetched by the Tensor Memory
 Accelerator (descriptors built in the kernel, `TMA` configs), which won there (below).
 
@@ -79,6 +82,7 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 DECODE_MAX_T = 64  # up to here one token tile covers T and W is read exactly once
 SMEM_PER_CTA = 227 * 1024  # H100/H200: the most shared memory one CTA may take
+INTERPRETER_SMS = 5  # CPU stand-in for the SM count: N = 192 rows in runs of 39
 
 
 def _t_bucket(T: int) -> int:
@@ -90,20 +94,41 @@ def _t_bucket(T: int) -> int:
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
         # tiny: N = 192, D = 96: a full and a partial row tile, a full and a partial K block.
-        return [triton.Config({"BLOCK_N": 128, "BLOCK_T": 16, "BLOCK_K": 64, "GROUP_T": 1, "TMA": True}, num_warps=4)]
-    # Decode: (BLOCK_N, BLOCK_K, stages, warps), plain loads, per token tile: the five fastest of 21
-    # in a graph-timed sweep on the H200 (T = 1, 8, 64), plus (128, 64, 6, 4).
-    decode = [(64, 128, 4, 4), (128, 128, 4, 4), (128, 128, 5, 4), (128, 128, 4, 8), (128, 256, 3, 4), (128, 64, 6, 4)]
+        return [triton.Config({"BLOCK_N": 128, "BLOCK_T": 16, "BLOCK_K": 64, "GROUP_T": 1, "TMA": True,
+                               "PROGRAMS_PER_SM": 0}, num_warps=4)]  # fmt: skip
+    # Decode: (BLOCK_N, BLOCK_K, stages, warps, PROGRAMS_PER_SM), plain loads, per token tile: the five
+    # fastest of 21 in a graph-timed sweep on the H200 (T = 1, 8, 64) and (128, 64, 6, 4), as row
+    # tiles (0), and four of them as equal row runs (1 or 2 programs per SM).
+    decode = [
+        (64, 128, 4, 4, 0),
+        (128, 128, 4, 4, 0),
+        (128, 128, 5, 4, 0),
+        (128, 128, 4, 8, 0),
+        (128, 256, 3, 4, 0),
+        (128, 64, 6, 4, 0),
+        (128, 128, 4, 4, 1),
+        (128, 128, 4, 8, 1),
+        (128, 256, 3, 4, 1),
+        (64, 128, 4, 4, 2),
+    ]
     # Prefill: (BLOCK_N, BLOCK_T, BLOCK_K, stages, warps, TMA), grouped token tiles. TMA won there;
     # the plain one serves inputs TMA cannot take.
     prefill = [(128, 128, 64, 4, 8, True), (256, 128, 64, 3, 8, True), (128, 128, 64, 4, 8, False)]
     configs = [
-        triton.Config({"BLOCK_N": n, "BLOCK_T": t, "BLOCK_K": k, "GROUP_T": 1, "TMA": False}, num_stages=s, num_warps=w)
+        triton.Config(
+            {"BLOCK_N": n, "BLOCK_T": t, "BLOCK_K": k, "GROUP_T": 1, "TMA": False, "PROGRAMS_PER_SM": p},
+            num_stages=s,
+            num_warps=w,
+        )
         for t in (16, 32, 64)
-        for n, k, s, w in decode
+        for n, k, s, w, p in decode
     ]
     configs += [
-        triton.Config({"BLOCK_N": n, "BLOCK_T": t, "BLOCK_K": k, "GROUP_T": 8, "TMA": tma}, num_stages=s, num_warps=w)
+        triton.Config(
+            {"BLOCK_N": n, "BLOCK_T": t, "BLOCK_K": k, "GROUP_T": 8, "TMA": tma, "PROGRAMS_PER_SM": 0},
+            num_stages=s,
+            num_warps=w,
+        )
         for n, t, k, s, w, tma in prefill
     ]
     return configs
@@ -114,16 +139,26 @@ def _smem_estimate(c: triton.Config) -> int:
     return c.num_stages * (c.kwargs["BLOCK_N"] + c.kwargs["BLOCK_T"]) * c.kwargs["BLOCK_K"] * 2
 
 
+def _rows_per_program(programs_per_sm: int, block_n: int, N: int, num_sms: int) -> int:
+    """Rows of W per program (the kernel computes the same): BLOCK_N, or an equal run of at most that."""
+    return min(triton.cdiv(N, programs_per_sm * num_sms), block_n) if programs_per_sm else block_n
+
+
 def _prune(configs, named_args, **kwargs):
     """A decode bucket keeps the configs whose token tile is the bucket, a prefill bucket the grouped
-    ones; TMA configs only where the inputs allow TMA; no CTA beyond the shared memory of an SM."""
-    t_bucket, tma_ok = named_args["t_bucket"], named_args["tma_ok"]
+    ones; TMA configs only where the inputs allow TMA; equal row runs only where a run fits in BLOCK_N
+    rows; no CTA beyond the shared memory of an SM."""
+    t_bucket, tma_ok, N, num_sms = (named_args[k] for k in ("t_bucket", "tma_ok", "N", "num_sms"))
     prefill = t_bucket > DECODE_MAX_T
     kept = [
         c
         for c in configs
         if ((c.kwargs["GROUP_T"] > 1) if prefill else (c.kwargs["GROUP_T"] == 1 and c.kwargs["BLOCK_T"] == t_bucket))
         and (tma_ok or not c.kwargs["TMA"])
+        and (
+            c.kwargs["PROGRAMS_PER_SM"] == 0
+            or triton.cdiv(N, c.kwargs["PROGRAMS_PER_SM"] * num_sms) <= c.kwargs["BLOCK_N"]
+        )
         and _smem_estimate(c) <= SMEM_PER_CTA
     ]
     if not kept:
@@ -164,6 +199,7 @@ def _qkv_kernel(
     stride_xt,
     stride_wn,
     stride_ot,
+    num_sms,
     t_bucket,  # read only by the autotuner's key and prune
     tma_ok,  # likewise
     BLOCK_N: tl.constexpr,
@@ -171,19 +207,26 @@ def _qkv_kernel(
     BLOCK_K: tl.constexpr,
     GROUP_T: tl.constexpr,
     TMA: tl.constexpr,
+    PROGRAMS_PER_SM: tl.constexpr,  # 0: a program per BLOCK_N rows; k: k x SMs equal runs of rows
 ):
     pid = tl.program_id(0)
     t_tiles = tl.cdiv(T, BLOCK_T)
-    n_tiles = tl.cdiv(N, BLOCK_N)
-    # Grouped order: GROUP_T token tiles take each W row tile in turn (one token tile in decode).
-    per_group = GROUP_T * n_tiles
+    if PROGRAMS_PER_SM == 0:
+        rows = BLOCK_N
+    else:
+        # Equal runs (the prune keeps configs where one fits in BLOCK_N rows; else more, clamped runs).
+        rows = tl.minimum(tl.cdiv(N, PROGRAMS_PER_SM * num_sms), BLOCK_N)
+    n_runs = tl.cdiv(N, rows)
+    # Grouped order: GROUP_T token tiles take each W row run in turn (one token tile in decode).
+    per_group = GROUP_T * n_runs
     first_t = (pid // per_group) * GROUP_T
     group_rows = tl.minimum(t_tiles - first_t, GROUP_T)
     t0 = (first_t + (pid % per_group) % group_rows) * BLOCK_T
-    n0 = ((pid % per_group) // group_rows) * BLOCK_N
+    n0 = ((pid % per_group) // group_rows) * rows
+    n_end = tl.minimum(n0 + rows, N)
 
     acc_NT = tl.zeros((BLOCK_N, BLOCK_T), dtype=tl.float32)
-    if TMA:
+    if TMA:  # prefill configs only (PROGRAMS_PER_SM == 0): a box is BLOCK_N whole rows
         # Out-of-bounds parts of a box (rows past N, tokens past T, columns past D) arrive as zeros.
         w_desc = tl.make_tensor_descriptor(w_ptr, shape=[N, D], strides=[stride_wn, 1], block_shape=[BLOCK_N, BLOCK_K])
         x_desc = tl.make_tensor_descriptor(x_ptr, shape=[T, D], strides=[stride_xt, 1], block_shape=[BLOCK_T, BLOCK_K])
@@ -199,14 +242,26 @@ def _qkv_kernel(
         x_rows = x_ptr + offs_t.to(tl.int64)[:, None] * stride_xt
         for k0 in range(0, D, BLOCK_K):
             k = k0 + offs_k
-            w_NK = tl.load(w_rows + k[None, :], mask=(offs_n < N)[:, None] & (k < D)[None, :], other=0.0)
+            w_NK = tl.load(w_rows + k[None, :], mask=(offs_n < n_end)[:, None] & (k < D)[None, :], other=0.0)
             x_TK = tl.load(x_rows + k[None, :], mask=(offs_t < T)[:, None] & (k < D)[None, :], other=0.0)
             acc_NT = tl.dot(w_NK, x_TK.T, acc_NT)
 
     offs_n = n0 + tl.arange(0, BLOCK_N)
     offs_t = t0 + tl.arange(0, BLOCK_T)
     out_ptrs = out_ptr + offs_t.to(tl.int64)[None, :] * stride_ot + offs_n[:, None]
-    tl.store(out_ptrs, acc_NT.to(tl.bfloat16), mask=(offs_n < N)[:, None] & (offs_t < T)[None, :])  # the one rounding
+    tl.store(out_ptrs, acc_NT.to(tl.bfloat16), mask=(offs_n < n_end)[:, None] & (offs_t < T)[None, :])  # one rounding
+
+
+_SM_COUNT: dict[torch.device, int] = {}
+
+
+def _sm_count(device: torch.device) -> int:
+    """SMs of the device; on the interpreter a small odd stand-in, so that row runs are ragged."""
+    if _INTERPRET:
+        return INTERPRETER_SMS
+    if device not in _SM_COUNT:
+        _SM_COUNT[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNT[device]
 
 
 def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
@@ -243,7 +298,12 @@ def qkv_gate_proj(x_TD: torch.Tensor, w_qkvg_ND: torch.Tensor) -> torch.Tensor:
     if tma_ok and x_TD.is_cuda:
         triton.set_allocator(_scratch)  # a context variable of this thread; cheap to set per call
     _tuning_bucket[0] = _t_bucket(T)
-    grid = lambda meta: (triton.cdiv(T, meta["BLOCK_T"]) * triton.cdiv(N, meta["BLOCK_N"]),)  # noqa: E731
+    num_sms = _sm_count(x_TD.device)
+
+    def grid(meta):
+        rows = _rows_per_program(meta["PROGRAMS_PER_SM"], meta["BLOCK_N"], N, num_sms)
+        return (triton.cdiv(T, meta["BLOCK_T"]) * triton.cdiv(N, rows),)
+
     _qkv_kernel[grid](x_TD, w_qkvg_ND, out_TN, T, N, D, x_TD.stride(0), w_qkvg_ND.stride(0), out_TN.stride(0),
-                      _t_bucket(T), int(tma_ok))  # fmt: skip
+                      num_sms, _t_bucket(T), int(tma_ok))  # fmt: skip
     return out_TN
