@@ -27,19 +27,29 @@ Floor (bytes / 4275 GB/s, bytes = N*D*2 + T*D*2 + T*N*2, N = 14336, D = 5120):
   T=64  149.3 MB -> 34.93 us
   Measured read ceiling (tenth session, `qkv_diag.py`): a plain Triton read of one 146.8 MB weight
   replays in 33.7 us (4350 GB/s), so the goal of 35.5 us is 95% of what a pure read reaches.
-Measured on the H200, tenth session (results/gpu_logs/2026-12-01-session10/), as `tma_swap.py`
-  at commit b5a4d35 (this kernel, with TMA and plain loads offered at every bucket):
-  `python -m harness run task=qkv_gate_gemm "candidates=[tma_swap]" bench.max_seconds=3`, p50
-  against the packed cuBLAS reference timed in the same child: T=1 35.87 / 36.88 us (96% of the
-  floor), T=3 35.72 / 36.59, T=8 36.80 / 37.25, T=64 37.99 / 39.70, T=1000 236.74 / 194.02.
-  Faster than every baseline beyond noise at T <= 64. Goals missed: 35.5 us at T=1 by 0.4 us and
-  at T=8 by 1.3 us. Not promotable: T=1000 is 0.82x cuBLAS (622 against ~760 TFLOP/s).
-  Nsight Compute, one cold call: T=1 36.8 us, 84.5% of DRAM peak, 149.3 MB from DRAM, 104
-  registers, one 4-warp program per SM.
-  Config sweep (`qkv_sweep.py`, 21 decode configs forced in turn, graph replays): plain loads beat
-  TMA at every decode config and T, by 0.3-4.6 us (T=1 best 36.23 us plain, 38.02 TMA; cuBLAS
-  37.37 in that process); TMA won at T=1000 (240.8 against 278.3 us in the autotuner's timing).
-  The decode configs below are the sweep's fastest.
+Measured on the H200, tenth session (results/gpu_logs/2026-12-01-session10*/), three harness runs
+  (`python -m harness run task=qkv_gate_gemm "candidates=[swap_ab]" bench.max_seconds=3`), p50 us
+  against the packed cuBLAS reference timed in the same child:
+  | commit | T=1 | T=3 | T=8 | T=64 | T=1000 |
+  | b5a4d35 (as tma_swap) | 35.87 / 36.88 | 35.72 / 36.59 | 36.80 / 37.25 | 37.99 / 39.70 | 236.74 / 194.02 |
+  | 0bdba4f | 36.40 / 37.25 | 36.41 / 36.92 | 36.69 / 37.14 | 38.46 / 39.72 | 241.56 / 197.15 |
+  | e2d2626 (another loan) | 36.36 / 40.92 | 36.68 / 40.21 | 36.51 / 40.07 | 39.22 / 41.31 | 246.38 / 196.93 |
+  Faster than every baseline beyond noise at T <= 64 in all three (1.01-1.13x cuBLAS). Goals
+  missed: 35.5 us at T=1 by 0.4-0.9 us and at T=8 by 1.0-1.3 us (94-96% of the copy floor, 92-94%
+  of the read ceiling). Not promotable: T=1000 is 0.80-0.82x cuBLAS (a 128 x 128 TMA tile at ~610
+  TFLOP/s against cuBLAS's ~760). The autotuner took (64, 128, 4, 4) row tiles at T <= 16,
+  (128, 128, 4, 8) at T=64 (4 warps at b5a4d35, before graph-timed tuning) and TMA (128, 128, 64,
+  4, 8) at T=1000.
+  Nsight Compute, one cold call (0bdba4f): T=1 37.3 us, 83.2% of DRAM peak, 149.2 MB from DRAM (the
+  floor's 146.8 plus 1.6%), 62 registers, two 4-warp programs per SM (12.5% occupancy); T=8 38.0 us,
+  81.8%. As tma_swap (b5a4d35, one program of 128 rows per SM): T=1 36.8 us, 84.5%.
+  Config sweeps (graph replays, each config forced in turn): `qkv_sweep.py` (b5a4d35, 21 decode
+  configs with TMA and with plain loads): plain loads beat TMA at every config and T, by 0.3-4.6
+  us (T=1 best 36.23 plain, 38.02 TMA; cuBLAS 37.37 in that process); TMA won at T=1000 (240.8
+  against 278.3 us in the autotuner's timing). `qkv_sweep2.py` (e2d2626, the configs below): equal
+  row runs gained nothing measurable over row tiles (T=1 36.26 against 36.11 us, T=8 36.59 against
+  36.82, T=64 39.18 against 38.75): where the 5% between this kernel and a plain read goes is not
+  the SMs' shares of W.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 BF16 MMAs accumulate in FP32 over K block by block in order, and each output is rounded to BF16
@@ -48,16 +58,17 @@ K columns are zeros (masked loads; TMA fills out-of-bounds boxes with zeros), wh
 zeros. Deterministic run to run; the order differs from cuBLAS's, as any two GEMMs' do: the task
 judges this output against FP64 only.
 
-Launch: one program per [BLOCK_N, BLOCK_T] output tile. T <= 64 is one token tile (BLOCK_T = T
-rounded up to 16..64); T > 64 (prefill) takes 64-128 token tiles in grouped order, GROUP_T token
-tiles per W row tile while it is in L2. Configs (BLOCK_N, BLOCK_K, stages, warps, TMA) are
-autotuned per token bucket, decode buckets timed as CUDA-graph replays (_time_config); the winner
-is `_qkv_kernel.best_config`. The first call per bucket benchmarks every config (it synchronizes):
-call once before capturing a CUDA graph. TMA needs 16-byte aligned bases and row strides (D % 8 ==
-0): other inputs run the plain-load configs only. In-kernel descriptors need a scratch allocation
-per launch (128 bytes per descriptor and program): the launcher sets Triton's allocator (a
-context variable) to one that takes it from torch's caching allocator on the current stream, so
-CUDA graph capture works.
+Launch: one program per token tile and BLOCK_N rows of W (or per equal run of rows, at most
+BLOCK_N, with PROGRAMS_PER_SM > 0). T <= 64 is one token tile (BLOCK_T = T rounded up to 16..64);
+T > 64 (prefill) takes 64-128 token tiles in grouped order, GROUP_T token tiles per W row tile
+while it is in L2. Configs (BLOCK_N, BLOCK_K, stages, warps, TMA, PROGRAMS_PER_SM) are autotuned per
+token bucket, decode buckets timed as CUDA-graph replays (_time_config); the winner is
+`_qkv_kernel.best_config`. The first call per bucket benchmarks every config (it synchronizes): call
+once before capturing a CUDA graph. TMA needs 16-byte aligned bases and row strides (D % 8 == 0):
+other inputs run the plain-load configs only. In-kernel descriptors need a scratch allocation per
+launch (128 bytes per descriptor and program): the launcher sets Triton's allocator (a context
+variable) to one that takes it from torch's caching allocator on the current stream, so CUDA graph
+capture works.
 
 Shape legend: T tokens, D hidden (the reduction, K), N packed output rows (q | k | v | gate).
 """
