@@ -49,7 +49,8 @@ Measured on the H200, tenth session (results/gpu_logs/2026-12-01-session10*/), t
   against 278.3 us in the autotuner's timing). `qkv_sweep2.py` (e2d2626, the configs below): equal
   row runs gained nothing measurable over row tiles (T=1 36.26 against 36.11 us, T=8 36.59 against
   36.82, T=64 39.18 against 38.75): where the 5% between this kernel and a plain read goes is not
-  the SMs' shares of W.
+  the SMs' shares of W. `ws_sweep.py` (the TMA loop with Triton 3.6's warp specialization): slower
+  at every decode config and wrong outputs at some (NaN, or 0.7 relative error), so not used.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 BF16 MMAs accumulate in FP32 over K block by block in order, and each output is rounded to BF16
