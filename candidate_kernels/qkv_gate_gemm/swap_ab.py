@@ -303,13 +303,13 @@ def qkv_gate_proj(x_TD: torch.Tensor, w_qkvg_ND: torch.Tensor) -> torch.Tensor:
         return out_TN
     if D == 0:
         return out_TN.zero_()
-    # Both kernels index the last dim with unit stride.
+    # Both load paths index the last dim with unit stride.
     x_TD = x_TD if x_TD.stride(1) == 1 else x_TD.contiguous()
     w_qkvg_ND = w_qkvg_ND if w_qkvg_ND.stride(1) == 1 else w_qkvg_ND.contiguous()
     tma_ok = _tma_ok(x_TD, w_qkvg_ND)
     if tma_ok and x_TD.is_cuda:
         triton.set_allocator(_scratch)  # a context variable of this thread; cheap to set per call
-    _tuning_bucket[0] = _t_bucket(T)
+    t_bucket = _tuning_bucket[0] = _t_bucket(T)
     num_sms = _sm_count(x_TD.device)
 
     def grid(meta):
@@ -317,5 +317,5 @@ def qkv_gate_proj(x_TD: torch.Tensor, w_qkvg_ND: torch.Tensor) -> torch.Tensor:
         return (triton.cdiv(T, meta["BLOCK_T"]) * triton.cdiv(N, rows),)
 
     _qkv_kernel[grid](x_TD, w_qkvg_ND, out_TN, T, N, D, x_TD.stride(0), w_qkvg_ND.stride(0), out_TN.stride(0),
-                      num_sms, _t_bucket(T), int(tma_ok))  # fmt: skip
+                      num_sms, t_bucket, int(tma_ok))  # fmt: skip
     return out_TN
