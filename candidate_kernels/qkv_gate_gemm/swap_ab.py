@@ -151,9 +151,14 @@ def _smem_estimate(c: triton.Config) -> int:
     return c.num_stages * (c.kwargs["BLOCK_N"] + c.kwargs["BLOCK_T"]) * c.kwargs["BLOCK_K"] * 2
 
 
+def _equal_run(programs_per_sm: int, N: int, num_sms: int) -> int:
+    """Rows in each of programs_per_sm x num_sms equal runs of N rows."""
+    return triton.cdiv(N, programs_per_sm * num_sms)
+
+
 def _rows_per_program(programs_per_sm: int, block_n: int, N: int, num_sms: int) -> int:
     """Rows of W per program (the kernel computes the same): BLOCK_N, or an equal run of at most that."""
-    return min(triton.cdiv(N, programs_per_sm * num_sms), block_n) if programs_per_sm else block_n
+    return min(_equal_run(programs_per_sm, N, num_sms), block_n) if programs_per_sm else block_n
 
 
 def _prune(configs, named_args, **kwargs):
@@ -169,7 +174,7 @@ def _prune(configs, named_args, **kwargs):
         and (tma_ok or not c.kwargs["TMA"])
         and (
             c.kwargs["PROGRAMS_PER_SM"] == 0
-            or triton.cdiv(N, c.kwargs["PROGRAMS_PER_SM"] * num_sms) <= c.kwargs["BLOCK_N"]
+            or _equal_run(c.kwargs["PROGRAMS_PER_SM"], N, num_sms) <= c.kwargs["BLOCK_N"]
         )
         and _smem_estimate(c) <= SMEM_PER_CTA
     ]
