@@ -117,9 +117,11 @@ def memory_instructions(ptx: str) -> tuple[dict[str, int], dict[str, int]]:
 
 def signature(fn: Any, args: tuple, kwargs: dict[str, Any], config_kwargs: dict[str, Any]) -> tuple[dict, dict, list]:
     """(signature, constexprs, names divisible by 16) of a launch, as Triton specializes it on the GPU:
-    a tensor is a pointer to its dtype, divisible by 16 when its address is; an int equal to 1 is
-    the constant 1, one divisible by 16 is marked so (unless the parameter opts out); floats are fp32."""
+    a tensor is a pointer to its dtype, divisible by 16 when its address is; a host TMA descriptor is
+    a tensordesc of its dtype and block shape; an int equal to 1 is the constant 1, one divisible by
+    16 is marked so (unless the parameter opts out); floats are fp32."""
     import torch
+    from triton.tools.tensor_descriptor import TensorDescriptor
 
     names = list(inspect.signature(fn.fn).parameters)
     values = {**dict(zip(names, args, strict=False)), **kwargs, **config_kwargs}
@@ -132,6 +134,8 @@ def signature(fn: Any, args: tuple, kwargs: dict[str, Any], config_kwargs: dict[
         v = values.get(name)
         if param.is_constexpr or v is None:
             sig[name], consts[name] = "constexpr", v
+        elif isinstance(v, TensorDescriptor):
+            sig[name] = f"tensordesc<{_triton_dtype(v.base.dtype)}{list(v.block_shape)}>"
         elif isinstance(v, torch.Tensor):
             sig[name] = "*" + _triton_dtype(v.dtype)
             if v.data_ptr() % TENSOR_BASE_ALIGNMENT == 0:

@@ -64,6 +64,22 @@ def test_launch_arguments_are_specialized_as_on_the_gpu():
     assert divisible == ["x_ptr", "n"]  # y[1:] starts 4 bytes in; 3 is not a multiple of 16
 
 
+def test_host_tma_descriptors_are_specialized_by_dtype_and_block_shape():
+    import torch
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction, mangle_type
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    def body(x_desc, out_ptr, BLOCK: tl.constexpr):
+        tl.store(out_ptr + tl.arange(0, BLOCK)[None, :], x_desc.load([0, 0]))
+
+    x = torch.zeros(8, 96, dtype=torch.bfloat16)
+    desc = TensorDescriptor(x, [8, 96], [96, 1], [1, 32])
+    sig, consts, _ = inspect_child.signature(JITFunction(body), (desc, x), {}, {"BLOCK": 32})
+    assert sig == {"x_desc": "tensordesc<bf16[1, 32]>", "out_ptr": "*bf16", "BLOCK": "constexpr"}
+    assert sig["x_desc"] == mangle_type(desc)  # Triton's own name for it at a launch
+
+
 def _records(results_dir, task="fuse_norm") -> list[InspectionRecord]:
     lines = read_lines(results_dir / task / INSPECTIONS_FILE).rows
     return [InspectionRecord(**r) for r in lines]
