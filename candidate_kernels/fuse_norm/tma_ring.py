@@ -1,24 +1,35 @@
-"""fuse_norm, persistent programs fed by a TMA ring of rows in shared memory.
+"""fuse_norm, persistent programs fed by a TMA ring of rows in shared memory (large T), or
+persistent_prefetch's register prefetch (small T), one kernel, chosen per T bucket by the autotuner.
 
 Author: human (kernels team, issue 4), hand-written. Child of persistent_prefetch.py (same math,
-same rounding points); this one changes where the rows in flight live.
+same rounding points, same row layout); this one adds a second place for the rows in flight.
 
 Why it should be faster at large T: Nsight Compute put the row kernel's gap to the copy floor on
 bytes in flight, held down by registers (row_per_program.py: 75% of DRAM peak, 4 programs per SM;
 capped registers spilled). persistent_prefetch keeps one prefetched row per program in registers,
-so an SM has two rows (40 KB) in flight and reaches 84-86% of the copy floor at T = 16384. Here
+so an SM has two rows (40 KB) in flight and reaches 83-86% of the copy floor at T = 16384. Here
 the rows in flight sit in shared memory: each persistent program walks rows pid, pid + grid, ...
 in a `tl.range` loop with num_stages = STAGES, and Triton's pipeliner turns the loop's TMA loads of
-y and h into a ring of STAGES - 1 row buffers filled by the copy engine (checked in an offline
-sm_90 compile: cp.async.bulk.tensor copies and mbarrier waits, STAGES - 1 buffers of each tile).
-With 2 programs of 4 stages an SM keeps 6 rows (120 KB) in flight, the registers hold the row
-being computed and the weights only, and no thread spends instructions on loads. At T = 1 there
-is nothing to prefetch: the autotuner may take the plain-load configs (no descriptor to build).
+y and h into a ring of STAGES - 1 row buffers filled by the copy engine (`harness inspect`: 41 KB
+of shared memory and bulk-tensor copies at STAGES = 3). The registers hold the row being computed
+and the weights only, and no thread spends instructions on loads. Plain loads cannot be
+pipelined that way: Triton 3.6 leaves a `tl.range` loop of tl.load unpipelined (an offline sm_90
+compile shows no cp.async). At few rows a ring has nothing to prefetch, so the plain path with
+persistent_prefetch's configs stays on offer there.
 
 Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
   T=1      41 KB   -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  671 MB  -> 157.0 us (goal <= 165 us, >= 95% of the copy ceiling)
-Not yet measured on a GPU.
+Measured on the H200 (eleventh session, commit cb0b4ed: the ring alone, descriptors made in the
+  kernel, rows as [1, 4096] + [1, 1024] tiles reduced apart; results/README.md), against
+  persistent_prefetch in the same `harness run`: T=16384 177.60 us (89% of the copy floor;
+  persistent_prefetch 190.20, in-child compile 189.85), the best figure of any candidate so far;
+  T=1000 19.87 / 14.55, T=1 3.25 / 2.94 (slower at every T <= 1000). In one process two torch
+  copies of the same traffic (y -> h', h -> x) took 167.2 us where the ring took 180.8 and
+  persistent_prefetch 204.3: the goal sits at the copy kernels' own rate for this traffic.
+  This version answers the small-T losses: persistent_prefetch's row layout, fold and register
+  prefetch as the plain path, and host-made descriptors (no descriptor work in the kernel). Not
+  yet measured on a GPU.
 
 Numerics: those of persistent_prefetch.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
@@ -30,14 +41,13 @@ rounded), a and b rounded from double to FP32 like torch's scalar, libdevice rsq
 (tl.rsqrt under the interpreter, which has no libdevice). Out-of-bounds columns of a TMA tile
 arrive as zeros, so they add nothing to the sums, as the masked lanes of the plain path.
 
-Launch: grid = min(T, PROGRAMS_PER_SM x #SMs). A row is a [1, HEAD] tile (the largest power of
-two <= D) and, when D is not a power of two, a [1, TAIL] tile after it (TAIL = next_pow2(D -
-HEAD); D = 5120 = 4096 + 1024, no padded lane). TMA needs 16-byte aligned rows (D % 8 == 0 for
-BF16, aligned base pointers); other inputs take the plain-load configs, whose loop is not
-pipelined. (PROGRAMS_PER_SM, STAGES, num_warps, TMA) are autotuned per (D, T bucket, TMA allowed),
-decode-size buckets timed as CUDA-graph replays (_time_config), the winner kept in Triton's cache.
-The in-kernel descriptors need global scratch, which the launcher takes from torch's allocator
-(graph-capture safe).
+Launch: grid = min(T, PROGRAMS_PER_SM x #SMs). A row is a head of HEAD_ROWS x WIDTH (the largest
+power of two <= D) and, when D is not a power of two, a tail of WIDTH = next_pow2(D - head)
+columns (D = 5120 = 4 x 1024 + 1024: no padded lane). The ring reads the head through a 3-D view
+[T, HEAD_ROWS, WIDTH] and the tail through [T, D]; TMA needs 16-byte aligned bases and row
+strides (D % 8 == 0 for BF16), else only the plain configs run. (PROGRAMS_PER_SM, STAGES,
+num_warps, RING, FOLD) are autotuned per (D, T bucket, TMA allowed), decode-size buckets timed as
+CUDA-graph replays (_time_config), the winner kept in Triton's cache.
 
 Shape legend: T tokens, D hidden.
 """
@@ -51,6 +61,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 CANDIDATE = {
     "author": "human",
@@ -78,38 +89,43 @@ else:
 
 
 # On the CPU there are no SMs; two "SMs" give the CPU shapes (T = 1..5) a row loop of several
-# iterations per program.
+# iterations per program, so the ring's and the prefetch's ends of rows are exercised.
 _CPU_SMS = 2
 SMEM_PER_SM = 227 * 1024  # H100/H200: the most shared memory the CTAs of one SM may take
 
 
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
-        return [triton.Config({"PROGRAMS_PER_SM": 1, "STAGES": 3, "TMA": True}, num_warps=4)]  # CI forces the GPU ones
-    # (programs per SM, stages, warps, TMA). Registers: the 4-warp program holds 40 FP32 weights of
-    # each norm and a 40-element row per thread, so two fit in an SM (persistent_prefetch, which
-    # also holds the prefetched row: 242 registers); 8 warps hold half of that per thread.
-    shapes = ((1, 4, 4, True), (2, 3, 4, True), (2, 4, 4, True), (1, 6, 8, True), (2, 4, 8, True),
-              (1, 1, 4, False), (2, 1, 4, False))  # fmt: skip
-    return [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "TMA": t}, num_warps=w) for p, s, w, t in shapes]
+        return [triton.Config({"PROGRAMS_PER_SM": 1, "STAGES": 3, "RING": True, "FOLD": False}, num_warps=4)]
+    # Ring: (programs per SM, stages, warps), reduced apart (folding cost persistent_prefetch 19 us at
+    # T = 16384). The four fastest of 26 forced at T = 16384 on the H200 (11th session, in-kernel
+    # descriptors then): 180.8 / 183.6 / 193.0 / 195.8 us, against 204.3 for persistent_prefetch in that
+    # process. Plain: persistent_prefetch's configs that its autotuner took on the H200 (registers cap
+    # 168 for 3 programs per SM; folded at small T, apart at T = 16384).
+    # The 8-warp ring program takes 142 registers (`harness inspect`), one program per SM: capped at 128.
+    ring = ((2, 3, 4, None), (2, 4, 4, None), (2, 3, 8, 128), (2, 4, 8, 128))
+    plain = ((2, 4, None, True), (3, 4, 168, True), (2, 4, None, False))
+    configs = [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": True, "FOLD": False}, num_warps=w, maxnreg=r)
+               for p, s, w, r in ring]  # fmt: skip
+    configs += [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": 1, "RING": False, "FOLD": f}, num_warps=w, maxnreg=r)
+                for p, w, r, f in plain]  # fmt: skip
+    return configs
 
 
 def _smem_estimate(c: triton.Config, n_cols: int) -> int:
-    """Shared memory of one program: STAGES - 1 ring buffers of a y and an h row (BF16)."""
-    return (c.kwargs["STAGES"] - 1) * 2 * n_cols * 2 if c.kwargs["TMA"] else 0
+    """Shared memory of one ring program: STAGES - 1 buffers of a y and an h row (BF16)."""
+    return (c.kwargs["STAGES"] - 1) * 2 * n_cols * 2 if c.kwargs["RING"] else 0
 
 
 def _prune(configs, named_args, **kwargs):
-    """TMA configs only where TMA can read the inputs; the programs of an SM must fit its shared memory
+    """Ring configs only where TMA can read the inputs; the programs of an SM must fit its shared memory
     together; warp counts that give each thread 8..64 elements of a row, or the fewest for a tiny row."""
     n_cols, tma_ok = kwargs["N_COLS"], kwargs["TMA_OK"]
     usable = [
         c
         for c in configs
-        if (tma_ok or not c.kwargs["TMA"]) and c.kwargs["PROGRAMS_PER_SM"] * _smem_estimate(c, n_cols) <= SMEM_PER_SM
+        if (tma_ok or not c.kwargs["RING"]) and c.kwargs["PROGRAMS_PER_SM"] * _smem_estimate(c, n_cols) <= SMEM_PER_SM
     ]
-    if not usable:
-        raise ValueError(f"no config for D = {n_cols} with tma_ok={tma_ok} among {len(configs)} offered")
     fit = [c for c in usable if 8 <= n_cols // (32 * c.num_warps) <= 64]
     fewest = min(c.num_warps for c in usable)
     return fit or [c for c in usable if c.num_warps == fewest]
@@ -142,25 +158,84 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _row_split(D: int) -> tuple[int, int, bool]:
-    """(HEAD, TAIL, HAS_TAIL): the largest power of two <= D, and the rest's width rounded up to a
-    power of two (no tail when D is a power of two)."""
+    """Split a row of D into a head of HEAD_ROWS x WIDTH (the largest power of two <= D) and, when D
+    is not a power of two, a masked tail of WIDTH = next_pow2(D - head) columns
+    (D = 5120 = 4 x 1024 + 1024: no padded lane)."""
     head = 1 << (D.bit_length() - 1)
-    return head, triton.next_power_of_2(max(D - head, 1)), D > head
+    if head == D:
+        width = min(D, 1024)
+        return D // width, width, False
+    width = triton.next_power_of_2(D - head)
+    return head // width, width, True
 
 
 @triton.jit
-def _squares_sum(x):
-    """The EXACT sum of squares of a [1, W] FP32 tile holding BF16 values: each square is exact in
-    FP32, and a few thousand of them sum exactly in FP64, whatever the order."""
-    return tl.sum(tl.sum((x * x).to(tl.float64), axis=1), axis=0)
+def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr, FOLD: tl.constexpr):
+    """mean(x^2) over the row, FP32, from the EXACT sum: x holds BF16 values, whose squares are exact
+    in FP32 and whose sum of a few thousand is exact in FP64, so the result is the correctly rounded
+    mean, whatever the summation order. FOLD: the head's rows fold onto the tail's columns first, one
+    block-wide reduction (faster at few rows: persistent_prefetch T = 1 3.13 against 3.41 us); else
+    head and tail are reduced to a scalar each (faster at T = 16384: 187.7 against 207.0 us)."""
+    if FOLD:
+        partial = tl.sum((head * head).to(tl.float64), axis=0)
+        if HAS_TAIL:
+            partial += (tail * tail).to(tl.float64)
+        total = tl.sum(partial, axis=0)
+    else:
+        total = tl.sum(tl.sum((head * head).to(tl.float64), axis=1), axis=0)
+        if HAS_TAIL:
+            total += tl.sum((tail * tail).to(tl.float64), axis=0)
+    return (total / N_COLS).to(tl.float32)
 
 
 @triton.jit
-def _load_row(ptr, desc, row, stride_t, cols, mask, col0, TMA: tl.constexpr):
-    """[1, W] BF16 values of one row from col0 on: a TMA tile, or plain loads (masked lanes 0)."""
-    if TMA:
-        return desc.load([row, col0])
-    return tl.load(ptr + tl.cast(row, tl.int64) * stride_t + cols, mask=mask, other=0.0, eviction_policy="evict_first")
+def _load_row(row_ptr, head_cols, tail_cols, tail_mask, valid, HAS_TAIL: tl.constexpr):
+    """One row's head and tail by plain loads (BF16), all lanes masked off when `valid` is false (the
+    prefetch past the last row). Read once: evict_first keeps the weights' L1 lines."""
+    head = tl.load(row_ptr + head_cols, mask=valid, other=0.0, eviction_policy="evict_first")
+    tail = head  # placeholder; only read when HAS_TAIL
+    if HAS_TAIL:
+        tail = tl.load(row_ptr + tail_cols, mask=tail_mask & valid, other=0.0, eviction_policy="evict_first")
+    return head, tail
+
+
+@triton.jit
+def _ring_row(head_desc, tail_desc, row, HEAD_ROWS: tl.constexpr, WIDTH: tl.constexpr, HAS_TAIL: tl.constexpr):
+    """One row's head and tail as TMA tiles (BF16); columns past D arrive as zeros."""
+    head = head_desc.load([row, 0, 0]).reshape(HEAD_ROWS, WIDTH)
+    tail = head  # placeholder; only read when HAS_TAIL
+    if HAS_TAIL:
+        tail = tail_desc.load([row, HEAD_ROWS * WIDTH]).reshape(WIDTH)
+    return head, tail
+
+
+@triton.jit
+def _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_head, pre_w_tail, h_out_ptr, x_out_ptr,
+              out_offset, head_cols, tail_cols, tail_mask, coef_h, coef_post, eps, N_COLS: tl.constexpr,
+              HAS_TAIL: tl.constexpr, FOLD: tl.constexpr):  # fmt: skip
+    """The op on one loaded row (BF16 y and h): stores h' and x. Masked lanes hold 0."""
+    # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1).
+    y_head32 = y_head.to(tl.float32)
+    y_tail32 = y_tail.to(tl.float32)
+    inv_rms_y = _rsqrt(_mean_of_squares(y_head32, y_tail32, N_COLS, HAS_TAIL, FOLD) + eps)
+    post_head = (y_head32 * inv_rms_y * post_w_head).to(tl.bfloat16)
+    # Depth-scaled residual: h*a and post*b each rounded to FP32, then the add (rounding point 2).
+    h_new_head = (h_head.to(tl.float32) * coef_h + post_head.to(tl.float32) * coef_post).to(tl.bfloat16)
+    tl.store(h_out_ptr + out_offset + head_cols, h_new_head)
+    h_new_tail = h_new_head
+    if HAS_TAIL:
+        post_tail = (y_tail32 * inv_rms_y * post_w_tail).to(tl.bfloat16)
+        h_new_tail = (h_tail.to(tl.float32) * coef_h + post_tail.to(tl.float32) * coef_post).to(tl.bfloat16)
+        tl.store(h_out_ptr + out_offset + tail_cols, h_new_tail, mask=tail_mask)
+
+    # Pre-norm of sublayer k+1 on the rounded stream (rounding point 3).
+    h_new_head32 = h_new_head.to(tl.float32)
+    h_new_tail32 = h_new_tail.to(tl.float32)
+    inv_rms_h = _rsqrt(_mean_of_squares(h_new_head32, h_new_tail32, N_COLS, HAS_TAIL, FOLD) + eps)
+    tl.store(x_out_ptr + out_offset + head_cols, (h_new_head32 * inv_rms_h * pre_w_head).to(tl.bfloat16))
+    if HAS_TAIL:
+        x_tail = (h_new_tail32 * inv_rms_h * pre_w_tail).to(tl.bfloat16)
+        tl.store(x_out_ptr + out_offset + tail_cols, x_tail, mask=tail_mask)
 
 
 # cache_results: the winning config is stored in Triton's cache, so later processes on this machine
@@ -176,6 +251,10 @@ def _load_row(ptr, desc, row, stride_t, cols, mask, col0, TMA: tl.constexpr):
 def _fuse_norm_ring_kernel(
     y_ptr,
     h_ptr,
+    y_head_desc,  # TMA descriptors of y's and h's row heads [T, HEAD_ROWS, WIDTH] and tails [T, D]
+    y_tail_desc,  # (the tensors themselves where TMA cannot read them: the ring is not compiled then)
+    h_head_desc,
+    h_tail_desc,
     post_w_ptr,
     pre_w_ptr,
     h_out_ptr,
@@ -188,19 +267,18 @@ def _fuse_norm_ring_kernel(
     eps,
     rows_bucket,  # read only by the autotuner's key
     N_COLS: tl.constexpr,
-    HEAD: tl.constexpr,
-    TAIL: tl.constexpr,  # the tail tile's width (1 when there is no tail)
-    HAS_TAIL: tl.constexpr,  # False: D is a power of two, the head is the whole row
+    HEAD_ROWS: tl.constexpr,
+    WIDTH: tl.constexpr,
+    HAS_TAIL: tl.constexpr,
     PROGRAMS_PER_SM: tl.constexpr,  # read by the launcher's grid
-    STAGES: tl.constexpr,
-    TMA: tl.constexpr,  # the config's load path; taken only where the inputs allow it (TMA_OK)
-    TMA_OK: tl.constexpr,
+    STAGES: tl.constexpr,  # the ring's depth: STAGES - 1 rows in flight per program
+    RING: tl.constexpr,  # the config's load path: the TMA ring, or plain loads with a register prefetch
+    TMA_OK: tl.constexpr,  # whether the descriptors are real (the prune drops ring configs otherwise)
+    FOLD: tl.constexpr,  # how a row's sum of squares is reduced (_mean_of_squares)
 ):
-    USE_TMA: tl.constexpr = TMA and TMA_OK  # the prune drops TMA configs otherwise; one config runs untuned
-    head_cols = tl.arange(0, HEAD)[None, :]
-    tail_cols = HEAD + tl.arange(0, TAIL)[None, :]
+    head_cols = tl.arange(0, HEAD_ROWS)[:, None] * WIDTH + tl.arange(0, WIDTH)[None, :]
+    tail_cols = HEAD_ROWS * WIDTH + tl.arange(0, WIDTH)
     tail_mask = tail_cols < N_COLS
-    head_mask = head_cols < N_COLS  # all true: the plain loads of a head and a tail take one form
 
     # The weights, once per program; they stay in registers for every row it handles.
     post_w_head = tl.load(post_w_ptr + head_cols).to(tl.float32)
@@ -211,62 +289,51 @@ def _fuse_norm_ring_kernel(
         post_w_tail = tl.load(post_w_ptr + tail_cols, mask=tail_mask, other=0.0).to(tl.float32)
         pre_w_tail = tl.load(pre_w_ptr + tail_cols, mask=tail_mask, other=0.0).to(tl.float32)
 
-    # Placeholders for the plain path, which ignores them.
-    y_head_desc, y_tail_desc, h_head_desc, h_tail_desc = y_ptr, y_ptr, h_ptr, h_ptr
-    if USE_TMA:
-        # Rows in [0, n_rows) only are ever asked for; columns past D arrive as zeros.
-        y_head_desc = tl.make_tensor_descriptor(y_ptr, [n_rows, N_COLS], [stride_y_t, 1], [1, HEAD])
-        h_head_desc = tl.make_tensor_descriptor(h_ptr, [n_rows, N_COLS], [stride_h_t, 1], [1, HEAD])
-        if HAS_TAIL:
-            y_tail_desc = tl.make_tensor_descriptor(y_ptr, [n_rows, N_COLS], [stride_y_t, 1], [1, TAIL])
-            h_tail_desc = tl.make_tensor_descriptor(h_ptr, [n_rows, N_COLS], [stride_h_t, 1], [1, TAIL])
-
-    for row in tl.range(tl.program_id(0), n_rows, tl.num_programs(0), num_stages=STAGES):
-        out_offset = tl.cast(row, tl.int64) * N_COLS
-        y_head = _load_row(y_ptr, y_head_desc, row, stride_y_t, head_cols, head_mask, 0, USE_TMA).to(tl.float32)
-        h_head = _load_row(h_ptr, h_head_desc, row, stride_h_t, head_cols, head_mask, 0, USE_TMA).to(tl.float32)
-        y_tail = y_head  # placeholders; only read when HAS_TAIL
-        h_tail = h_head
-        sum_y = _squares_sum(y_head)
-        if HAS_TAIL:
-            y_tail = _load_row(y_ptr, y_tail_desc, row, stride_y_t, tail_cols, tail_mask, HEAD, USE_TMA).to(tl.float32)
-            h_tail = _load_row(h_ptr, h_tail_desc, row, stride_h_t, tail_cols, tail_mask, HEAD, USE_TMA).to(tl.float32)
-            sum_y += _squares_sum(y_tail)
-
-        # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1).
-        inv_rms_y = _rsqrt((sum_y / N_COLS).to(tl.float32) + eps)
-        post_head = (y_head * inv_rms_y * post_w_head).to(tl.bfloat16)
-        # Depth-scaled residual: h*a and post*b each rounded to FP32, then the add (rounding point 2).
-        h_new_head = (h_head * coef_h + post_head.to(tl.float32) * coef_post).to(tl.bfloat16)
-        tl.store(h_out_ptr + out_offset + head_cols, h_new_head)
-        h_new_head32 = h_new_head.to(tl.float32)
-        sum_h = _squares_sum(h_new_head32)
-        h_new_tail32 = h_new_head32
-        if HAS_TAIL:
-            post_tail = (y_tail * inv_rms_y * post_w_tail).to(tl.bfloat16)
-            h_new_tail = (h_tail * coef_h + post_tail.to(tl.float32) * coef_post).to(tl.bfloat16)
-            tl.store(h_out_ptr + out_offset + tail_cols, h_new_tail, mask=tail_mask)
-            h_new_tail32 = h_new_tail.to(tl.float32)
-            sum_h += _squares_sum(h_new_tail32)
-
-        # Pre-norm of sublayer k+1 on the rounded stream (rounding point 3).
-        inv_rms_h = _rsqrt((sum_h / N_COLS).to(tl.float32) + eps)
-        tl.store(x_out_ptr + out_offset + head_cols, (h_new_head32 * inv_rms_h * pre_w_head).to(tl.bfloat16))
-        if HAS_TAIL:
-            x_tail = (h_new_tail32 * inv_rms_h * pre_w_tail).to(tl.bfloat16)
-            tl.store(x_out_ptr + out_offset + tail_cols, x_tail, mask=tail_mask)
+    first = tl.program_id(0)
+    step = tl.num_programs(0)
+    if RING and TMA_OK:
+        # Triton's pipeliner issues the TMA loads of the next STAGES - 1 rows ahead of this one.
+        for row in tl.range(first, n_rows, step, num_stages=STAGES):
+            y_head, y_tail = _ring_row(y_head_desc, y_tail_desc, row, HEAD_ROWS, WIDTH, HAS_TAIL)
+            h_head, h_tail = _ring_row(h_head_desc, h_tail_desc, row, HEAD_ROWS, WIDTH, HAS_TAIL)
+            _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_head, pre_w_tail, h_out_ptr,
+                      x_out_ptr, tl.cast(row, tl.int64) * N_COLS, head_cols, tail_cols, tail_mask, coef_h, coef_post,
+                      eps, N_COLS, HAS_TAIL, FOLD)  # fmt: skip
+    else:
+        # persistent_prefetch's loop: the next row's loads are issued before this row is normalized.
+        y_head, y_tail = _load_row(y_ptr + first.to(tl.int64) * stride_y_t, head_cols, tail_cols, tail_mask,
+                                   first < n_rows, HAS_TAIL)  # fmt: skip
+        h_head, h_tail = _load_row(h_ptr + first.to(tl.int64) * stride_h_t, head_cols, tail_cols, tail_mask,
+                                   first < n_rows, HAS_TAIL)  # fmt: skip
+        for row in range(first, n_rows, step):
+            nxt = row + step
+            nxt64 = tl.cast(nxt, tl.int64)
+            y_head_next, y_tail_next = _load_row(y_ptr + nxt64 * stride_y_t, head_cols, tail_cols, tail_mask,
+                                                 nxt < n_rows, HAS_TAIL)  # fmt: skip
+            h_head_next, h_tail_next = _load_row(h_ptr + nxt64 * stride_h_t, head_cols, tail_cols, tail_mask,
+                                                 nxt < n_rows, HAS_TAIL)  # fmt: skip
+            _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_head, pre_w_tail, h_out_ptr,
+                      x_out_ptr, tl.cast(row, tl.int64) * N_COLS, head_cols, tail_cols, tail_mask, coef_h, coef_post,
+                      eps, N_COLS, HAS_TAIL, FOLD)  # fmt: skip
+            y_head, y_tail, h_head, h_tail = y_head_next, y_tail_next, h_head_next, h_tail_next
 
 
-def _scratch(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-    """Global scratch for in-kernel TMA descriptors, from torch's allocator (graph-capture safe)."""
-    return torch.empty(size, dtype=torch.int8, device="cuda")
-
-
-def _tma_ok(*tensors: torch.Tensor) -> bool:
-    """TMA's rules: a 16-byte aligned base, unit stride on the last dim, 16-byte multiple row strides."""
-    return all(
+def _tma_ok(width: int, *tensors: torch.Tensor) -> bool:
+    """TMA's rules: 16-byte aligned bases, unit stride on the last dim, 16-byte multiple row strides
+    (the head's WIDTH columns are a row of its 3-D view)."""
+    return (width * 2) % 16 == 0 and all(
         t.data_ptr() % 16 == 0 and t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0 for t in tensors
     )
+
+
+def _descriptors(x_TD: torch.Tensor, head_rows: int, width: int, tma_ok: bool) -> tuple:
+    """(head, tail) TMA descriptors of x's rows, built on the host (no descriptor work in the kernel);
+    the tensor itself twice where TMA cannot read it."""
+    if not tma_ok:
+        return x_TD, x_TD
+    T, D = x_TD.shape
+    head = TensorDescriptor(x_TD, [T, head_rows, width], [x_TD.stride(0), width, 1], [1, head_rows, width])
+    return head, TensorDescriptor(x_TD, [T, D], [x_TD.stride(0), 1], [1, width])
 
 
 def norm_residual_norm(
@@ -291,7 +358,7 @@ def norm_residual_norm(
         )
     # ops.residual_coefficients, in double; the kernel argument rounds them to FP32 like torch.
     coef_h, coef_post = math.sqrt((n - 1) / n), 1.0 / math.sqrt(n)
-    head, tail, has_tail = _row_split(D)
+    head_rows, width, has_tail = _row_split(D)
 
     h_new_TD = torch.empty((T, D), dtype=torch.bfloat16, device=y_TD.device)
     x_TD = torch.empty((T, D), dtype=torch.bfloat16, device=y_TD.device)
@@ -300,9 +367,7 @@ def norm_residual_norm(
     # Both load paths index a row with unit stride.
     y_TD = y_TD if y_TD.stride(1) == 1 else y_TD.contiguous()
     h_TD = h_TD if h_TD.stride(1) == 1 else h_TD.contiguous()
-    tma_ok = _tma_ok(y_TD, h_TD)
-    if tma_ok and y_TD.is_cuda:
-        triton.set_allocator(_scratch)  # a context variable of this thread; cheap to set per call
+    tma_ok = _tma_ok(width, y_TD, h_TD)
     n_sms = _sm_count(y_TD.device)
 
     def grid(meta):
@@ -312,6 +377,8 @@ def norm_residual_norm(
     _fuse_norm_ring_kernel[grid](
         y_TD,
         h_TD,
+        *_descriptors(y_TD, head_rows, width, tma_ok),
+        *_descriptors(h_TD, head_rows, width, tma_ok),
         post_weight_D.contiguous(),
         pre_weight_D.contiguous(),
         h_new_TD,
@@ -324,8 +391,8 @@ def norm_residual_norm(
         eps,
         _rows_bucket(T),
         N_COLS=D,
-        HEAD=head,
-        TAIL=tail,
+        HEAD_ROWS=head_rows,
+        WIDTH=width,
         HAS_TAIL=has_tail,
         TMA_OK=tma_ok,
         enable_fp_fusion=False,
