@@ -4,7 +4,7 @@ persistent_prefetch's register prefetch (small T), one kernel, chosen per T buck
 Author: human (kernels team, issue 4), hand-written. Child of persistent_prefetch.py (same math,
 same rounding points, same row layout); this one adds a second place for the rows in flight.
 
-Why it should be faster at large T: Nsight Compute put the row kernel's gap to the copy floor on
+Why it is faster at large T: Nsight Compute put the row kernel's gap to the copy floor on
 bytes in flight, held down by registers (row_per_program.py: 75% of DRAM peak, 4 programs per SM;
 capped registers spilled). persistent_prefetch keeps one prefetched row per program in registers,
 so an SM has two rows (40 KB) in flight and reaches 83-86% of the copy floor at T = 16384. Here
@@ -20,16 +20,25 @@ persistent_prefetch's configs stays on offer there.
 Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
   T=1      41 KB   -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  671 MB  -> 157.0 us (goal <= 165 us, >= 95% of the copy ceiling)
-Measured on the H200 (eleventh session, commit cb0b4ed: the ring alone, descriptors made in the
-  kernel, rows as [1, 4096] + [1, 1024] tiles reduced apart; results/README.md), against
-  persistent_prefetch in the same `harness run`: T=16384 177.60 us (89% of the copy floor;
-  persistent_prefetch 190.20, in-child compile 189.85), the best figure of any candidate so far;
-  T=1000 19.87 / 14.55, T=1 3.25 / 2.94 (slower at every T <= 1000). In one process two torch
-  copies of the same traffic (y -> h', h -> x) took 167.2 us where the ring took 180.8 and
-  persistent_prefetch 204.3: the goal sits at the copy kernels' own rate for this traffic.
-  This version answers the small-T losses: persistent_prefetch's row layout, fold and register
-  prefetch as the plain path, and host-made descriptors (no descriptor work in the kernel). Not
-  yet measured on a GPU.
+Measured on the H200 (eleventh session; results/README.md), p50 us in `harness run`:
+  - First version (cb0b4ed: the ring alone, descriptors made in the kernel, rows as [1, 4096] +
+    [1, 1024] tiles reduced apart), beside persistent_prefetch in one run: T=16384 177.60 against
+    190.20 (in-child compile 189.85), but slower at every T <= 1000 (T=1 3.25 / 2.94, T=1000
+    19.87 / 14.55).
+  - This version's code (4f251e6), beside persistent_prefetch in one run: T=1 2.98 / 3.07, T=3 3.25 /
+    3.37, T=8 3.52 / 3.57, T=64 4.38 / 4.47, T=1000 15.95 / 21.45, T=16384 174.94 / 191.85; at
+    T=1000 within the noise of the in-child compile (16.31), so no promotion. Alone, on another
+    loan: T=1 2.97, T=3 3.26, T=8 3.58, T=64 4.32, T=1000 14.38, T=16384 173.83 us (90% of the
+    copy floor), faster beyond noise than every baseline at every shape (in-child compile 3.11 /
+    3.37 / 3.95 / 5.15 / 14.76 / 187.51). The autotuner took the ring (2 programs per SM, 4
+    stages, 4 warps) at T=16384 and the folded plain path elsewhere.
+  - Nsight Compute (one cold call): T=16384 171.4 us, 78.2% of DRAM peak, 12.5% occupancy (2
+    programs of 4 warps, 226 registers); T=1 4.5 us.
+  Goals missed: T=16384 <= 165 us by 8.8 us. In one process two torch copies of the same traffic
+  (y -> h', h -> x) took 164.8-167.2 us and a Triton row-per-program copy of it 174.8-178.3: the
+  goal is the rate of torch's copy kernels on this traffic. T=1 <= 2.3 us by 0.67 us: one Triton
+  program copying the same bytes replays in 2.06-2.13 us, which leaves 0.2 us for the op's two
+  exact row reductions on one SM.
 
 Numerics: those of persistent_prefetch.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
@@ -98,10 +107,10 @@ def _configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({"PROGRAMS_PER_SM": 1, "STAGES": 3, "RING": True, "FOLD": False}, num_warps=4)]
     # Ring: (programs per SM, stages, warps), reduced apart (folding cost persistent_prefetch 19 us at
-    # T = 16384). The four fastest of 26 forced at T = 16384 on the H200 (11th session, in-kernel
-    # descriptors then): 180.8 / 183.6 / 193.0 / 195.8 us, against 204.3 for persistent_prefetch in that
-    # process. Plain: persistent_prefetch's configs that its autotuner took on the H200 (registers cap
-    # 168 for 3 programs per SM; folded at small T, apart at T = 16384).
+    # T = 16384). 2 programs of 3-4 stages led both forced sweeps of the eleventh session at T = 16384
+    # (their eager windows counted the host's launch too, so only the order was used); one program
+    # per SM ran 1.4-2.4x slower. Plain: persistent_prefetch's configs that its autotuner took on the
+    # H200 (registers capped at 168 for 3 programs per SM; folded at small T, apart at T = 16384).
     # The 8-warp ring program takes 142 registers (`harness inspect`), one program per SM: capped at 128.
     ring = ((2, 3, 4, None), (2, 4, 4, None), (2, 3, 8, 128), (2, 4, 8, 128))
     plain = ((2, 4, None, True), (3, 4, 168, True), (2, 4, None, False))
