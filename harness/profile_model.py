@@ -28,6 +28,7 @@ import datetime
 import importlib
 import inspect
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,7 +131,12 @@ def load_ops(name: str, device: torch.device) -> tuple[ModelOps, bool, Mapping[s
         raise ValueError(
             f"{OPTIMIZED_MODULE} has no {OPTIMIZED_HOOK}(device) -> (ModelOps, pack_qkv_gate, implementations)"
         )
+    # Printed before and after: on a machine where nothing is compiled yet the build compiles the
+    # promoted kernels and the compiled ops first (on a fresh H200, minutes), with no other output.
+    print(f"profile: building ops=optimized on {device.type} ({OPTIMIZED_MODULE}.{OPTIMIZED_HOOK})")
+    started = time.perf_counter()
     built = build(device)
+    print(f"profile: ops=optimized built in {time.perf_counter() - started:.1f} s")
     kinds = (ModelOps, bool, Mapping)
     if not (isinstance(built, tuple) and len(built) == 3 and all(map(isinstance, built, kinds))):
         got = ", ".join(type(x).__name__ for x in built) if isinstance(built, tuple) else type(built).__name__

@@ -9,6 +9,7 @@ import gzip
 import inspect
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -442,10 +443,14 @@ def test_summary_names_the_dominating_ops_and_their_tasks(runs):
                 assert no_task_reason(row["op"]) in bullet
 
 
-def test_the_optimized_profile_names_what_implements_each_op(tmp_path):
+def test_the_optimized_profile_names_what_implements_each_op(tmp_path, capsys):
     """ops=optimized on the CPU: each promoted task's op names its candidate, the others the
-    reference, in profile.json and in the summary's ranking."""
+    reference, in profile.json and in the summary's ranking; the build is announced and timed (on a
+    fresh GPU machine it compiles for minutes before anything else is printed)."""
     run = _profile(tmp_path, "decode", ops="optimized")
+    printed = capsys.readouterr().out.splitlines()
+    assert printed[0] == "profile: building ops=optimized on cpu (harness.optimized_model.build_model_ops)"
+    assert re.fullmatch(r"profile: ops=optimized built in \d+\.\d s", printed[1]), printed[:3]
     promoted = optimized_model.promoted_choices()
     assert promoted, "no promotion records: nothing to check"
     want = {field: "reference" for field in OP_NAMES}
