@@ -75,7 +75,7 @@ def test_host_tma_descriptors_are_specialized_by_dtype_and_block_shape():
 
     x = torch.zeros(8, 96, dtype=torch.bfloat16)
     desc = TensorDescriptor(x, [8, 96], [96, 1], [1, 32])
-    sig, consts, _ = inspect_child.signature(JITFunction(body), (desc, x), {}, {"BLOCK": 32})
+    sig, _, _ = inspect_child.signature(JITFunction(body), (desc, x), {}, {"BLOCK": 32})
     assert sig == {"x_desc": "tensordesc<bf16[1, 32]>", "out_ptr": "*bf16", "BLOCK": "constexpr"}
     assert sig["x_desc"] == mangle_type(desc)  # Triton's own name for it at a launch
 
