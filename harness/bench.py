@@ -62,7 +62,7 @@ from typing import Any
 
 import torch
 
-from harness.records import Timing
+from harness.records import Timing, error_line
 
 QUANTILES = (0.2, 0.5, 0.8)
 # Bound when this module is imported, before any candidate: a candidate that rebinds the module
@@ -329,7 +329,7 @@ def make_timer(
         return _graph_timer(name, fn, input_sets, settings)
     except Exception as e:  # capture refused (host sync, allocation, ...): fall back, and say so
         _synchronize()
-        note = f"graph capture failed ({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}); events"
+        note = f"graph capture failed ({error_line(e)}); events"
         return _event_timer(name, fn, input_sets, settings, None, note)
 
 

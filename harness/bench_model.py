@@ -48,6 +48,7 @@ import torch
 
 from harness import environment, library_paths, optimized_model
 from harness.optimized_model import CandidateChoice, LibraryOp, OptimizedOps
+from harness.records import error_line
 from reference_model import ops as reference_ops
 from reference_model.cache import KVCache, fill_synthetic_context
 from reference_model.config import get_config
@@ -316,10 +317,6 @@ def apply_variant(model: Beam, ops: ModelOps, packed: bool) -> None:
     optimized_model.set_packed(model, packed)
 
 
-def _error_line(e: BaseException) -> str:
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-
-
 def count_kernels(model: Beam, decode: DecodeBench, configs: dict[str, tuple[ModelOps, bool]], failures: list[str]
                   ) -> dict[str, dict | None]:  # fmt: skip
     """Kernels per sublayer range in one eager decode step of each configuration (None if it failed)."""
@@ -336,7 +333,7 @@ def count_kernels(model: Beam, decode: DecodeBench, configs: dict[str, tuple[Mod
             step = lambda: model.decode(decode.cache, decode.tokens_B)  # noqa: E731
             counts[name] = profile_decode_step(step, decode.plan.on_gpu)
         except Exception as e:  # recorded; the timings go on
-            failures.append(f"kernel count {name}: {_error_line(e)}")
+            failures.append(f"kernel count {name}: {error_line(e, 300)}")
         decode.cache.restore(decode.snapshot)
     return counts
 
@@ -364,7 +361,7 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
             diff = first - decode.reference_logits
             m.decode_logits_err = float(diff.double().norm() / decode.reference_logits.double().norm())
         except Exception as e:  # the variant's failure is data; the harness goes on with the others
-            m.errors.append(f"decode: {_error_line(e)}")
+            m.errors.append(f"decode: {error_line(e, 300)}")
             echo(traceback.format_exc(limit=3))
         echo(f"  {_since(began)} decode  {variant.name:<24} {_fmt(m.decode_ms)} ms")
     del decode
@@ -381,7 +378,7 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
             m.prefill_ms_repeats = reuse[key]
             m.prefill_ms = statistics.median(m.prefill_ms_repeats)
         except Exception as e:
-            m.errors.append(f"prefill: {_error_line(e)}")
+            m.errors.append(f"prefill: {error_line(e, 300)}")
             echo(traceback.format_exc(limit=3))
         echo(f"  {_since(began)} prefill {variant.name:<24} {_fmt(m.prefill_ms)} ms")
     del prefill

@@ -51,6 +51,7 @@ import torch
 import torch.nn.functional as F
 
 from harness.optimized_model import LibraryOp
+from harness.records import error_line
 from reference_model import ops
 from reference_model.config import BeamConfig
 from tasks import moe_experts as moe_experts_task
@@ -224,11 +225,6 @@ def _probe_cases(cfg: BeamConfig, device: torch.device) -> dict[str, list[dict]]
     }  # fmt: skip
 
 
-def _error_line(e: BaseException) -> str:
-    """A probe's finding when the path raised: the exception's type and first line."""
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-
-
 def probe(op: Callable, cases: list[dict]) -> str | None:
     """None when `op` matches ops.attention on every case within PROBE_REL_TOL, else why not."""
     for i, case in enumerate(cases):
@@ -236,7 +232,7 @@ def probe(op: Callable, cases: list[dict]) -> str | None:
         try:
             got = op(**case)
         except Exception as e:  # a library refusing a shape is a finding, recorded; the reference runs instead
-            return f"case {i} raised {_error_line(e)}"
+            return f"case {i} raised {error_line(e)}"
         if got.shape != want.shape or not torch.isfinite(got.float()).all():
             return f"case {i}: shape {tuple(got.shape)} (want {tuple(want.shape)}) or non-finite output"
         err = float((got.double() - want).norm() / want.norm())
@@ -306,7 +302,7 @@ def probe_within_ulp(op: Callable, reference: Callable, args: dict) -> str | Non
     try:
         got = op(**args)
     except Exception as e:  # a compiler failure is a finding, recorded; the reference runs instead
-        return f"raised {_error_line(e)}"
+        return f"raised {error_line(e)}"
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"gave {tuple(got.shape)} {got.dtype}, want {tuple(want.shape)} {want.dtype}"
     diff, bound = (got.float() - want.float()).abs(), want.float().abs() * 2**-7

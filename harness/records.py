@@ -69,6 +69,12 @@ def new_id() -> str:
     return uuid.uuid4().hex
 
 
+def error_line(e: BaseException, limit: int = 200) -> str:
+    """An exception as records and notes carry it: its type and the first line of its message."""
+    text = str(e)
+    return f"{type(e).__name__}: {text.splitlines()[0][:limit] if text else ''}"
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)

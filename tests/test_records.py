@@ -16,12 +16,19 @@ from harness.records import (
     Status,
     Timing,
     append,
+    error_line,
     load_frame,
     read,
     read_lines,
 )
 
 HASH = "a" * 64
+
+
+def test_an_exception_is_recorded_as_its_type_and_first_line():
+    assert error_line(RuntimeError("backend failed\n  traceback detail")) == "RuntimeError: backend failed"
+    assert error_line(ValueError()) == "ValueError: "
+    assert error_line(KeyError("x" * 500), limit=10) == "KeyError: '" + "x" * 9
 
 
 def _record(**changes) -> EvaluationRecord:
