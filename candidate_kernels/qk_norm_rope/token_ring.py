@@ -1,0 +1,487 @@
+"""qk_norm_rope: persistent programs with the tokens in flight in a TMA ring, ONE kernel.
+
+Author: human (kernels team, issue 4), hand-written. Parent: head_groups.py (the promoted kernel),
+whose numerics and head tiling it keeps; fuse_norm/tma_ring.py showed the ring.
+
+Why it should be faster at many tokens: head_groups runs T x 4 short programs, each one load round
+trip deep, and a sliding program's cos|sin row is a second round trip after its position; at
+T = 16384 it reached 81% (sliding) and 90% (global) of the copy floor. Here persistent programs walk
+their tokens in a `tl.range(..., num_stages=STAGES)` loop whose loads are all TMA descriptor loads,
+so Triton's pipeliner issues the loads of the next STAGES - 1 tokens (q, k, v, and the cos|sin row
+at the position read ahead with them) into a ring in shared memory while this token is normalized,
+rotated and written. Plain loads in such a loop are not pipelined by Triton 3.6 (fuse_norm/tma_ring).
+
+Two ways to cut the work (SPLIT, autotuned), both persistent:
+  whole token  one program does all of a token per iteration: its N_Q_GROUPS query head groups, its
+               key heads, the V copy and both cache rows (35 KB of traffic per Beam token).
+  split        the programs of a lane take one part each, a query head group or the key/value part,
+               over the lane's tokens: at T = 1 a token's 4 parts run on 4 SMs side by side, like
+               head_groups; at T = 16384 each part has a ring of its own.
+RING = False is the same loop with plain loads and no pipelining (few tokens, or inputs TMA cannot
+read: unaligned bases or strides, a non-unit stride along Dh, Dh/2 not a power of two).
+
+Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row 512 B or 4 B):
+  T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
+  T=16384  sliding 579 MB -> 135.4 us (goal <= 140 us); global 571 MB -> 133.5 us (goal <= 135 us)
+Not yet measured on the H200.
+
+Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3): head_groups.py's, bit for bit:
+  q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1
+  sliding: q' = bf16(rope(f32(q_n))), k' = bf16(rope(f32(k_n)))        rounding point 2
+  global:  q' = bf16(f32(q_n) * ssmax[pos]), k' = k_n
+each rotation product rounded to FP32 before the add (launched with enable_fp_fusion=False);
+mean(x^2) from the exact FP64 sum of the exact FP32 squares (order-independent; head_groups.py
+says why); libdevice rsqrt on the GPU, tl.rsqrt under the interpreter. Slot -1: the token's cache
+writes are skipped. The caches receive exactly the returned k' and the input v.
+
+Tiling: a head is handled as its two rotate-half halves, [HEADS, Dh/2] tiles; the TMA descriptors
+view q, k and v as [T, heads, 2, Dh/2] (block [1, HEADS, 1, Dh/2]) and the cos|sin table as
+[P, 2, Dh/2], so each half arrives as its own tile and the rotation pairs registers. Query heads
+go in groups of Q_HEADS = the largest power of two dividing H, at most 16 (Beam 48 -> 16), key
+heads in one group of the largest power of two dividing K, at most 16 (Beam 8): no group straddles
+a token, no lane is masked.
+
+Shape legend: T tokens, H query heads, K kv heads, Dh head dim, S cache slots, P table positions.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+CANDIDATE = {
+    "author": "human",
+    "model": None,
+    "parent": "head_groups",
+    "idea": "persistent programs over tokens, all loads TMA tiles pipelined into a shared-memory ring "
+    "(cos|sin row included); a token whole per program or split into head groups",
+}
+
+# TRITON_INTERPRET is read when kernels are decorated; the interpreter has no libdevice and runs
+# one config only (no autotuning), so both choices are made here, once, at import.
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+if _INTERPRET:
+
+    @triton.jit
+    def _rsqrt(x):
+        return tl.rsqrt(x)
+
+else:
+    from triton.language.extra import libdevice
+
+    @triton.jit
+    def _rsqrt(x):
+        return libdevice.rsqrt(x)
+
+
+# On the CPU there are no SMs; two "SMs" give the CPU shapes (T = 1..5) loops of several tokens per
+# program, so the ring's ends are exercised.
+_CPU_SMS = 2
+SMEM_PER_SM = 227 * 1024  # H100/H200: the most shared memory the CTAs of one SM may take
+MAX_GROUP_HEADS = 16
+
+
+def _configs() -> list[triton.Config]:
+    if _INTERPRET:
+        return [triton.Config({"PROGRAMS_PER_SM": 1, "STAGES": 3, "RING": True, "SPLIT": False}, num_warps=4)]
+    # (split, ring, programs per SM, stages, warps). Few tokens: split, as head_groups (its winners
+    # were 16-head groups with 2 warps), plain or a shallow ring. Many tokens: rings deep enough to
+    # keep 60-130 KB in flight per SM, the depth fuse_norm/tma_ring needed.
+    shapes = (
+        (True, False, 16, 1, 2),
+        (True, True, 16, 2, 2),
+        (True, True, 8, 4, 2),
+        (True, True, 8, 6, 4),
+        (False, True, 2, 3, 4),
+        (False, True, 2, 4, 4),
+        (False, True, 2, 4, 8),
+        (False, True, 3, 3, 4),
+        (False, False, 4, 1, 4),
+    )
+    return [
+        triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": r, "SPLIT": split}, num_warps=w)
+        for split, r, p, s, w in shapes
+    ]
+
+
+def _prune(configs, named_args, **kwargs):
+    """Ring configs only where TMA can read the inputs, and only those whose rings fit the shared
+    memory of an SM with its other programs (STAGES - 1 buffers of a program's loads per token)."""
+    tma_ok = kwargs["TMA_OK"]
+    dh, q_heads, k_heads = kwargs["HEAD_DIM"], kwargs["Q_HEADS"], kwargs["N_KV_HEADS"]
+    table = dh * 4 if kwargs["IS_ROPE"] else 0
+    whole = kwargs["N_Q_HEADS"] * dh * 2 + 2 * k_heads * dh * 2 + table
+    part = max(q_heads * dh * 2, 2 * k_heads * dh * 2) + table
+
+    def smem(c):
+        if not c.kwargs["RING"]:
+            return 0
+        return c.kwargs["PROGRAMS_PER_SM"] * (c.kwargs["STAGES"] - 1) * (part if c.kwargs["SPLIT"] else whole)
+
+    usable = [c for c in configs if (tma_ok or not c.kwargs["RING"]) and smem(c) <= SMEM_PER_SM]
+    return usable or [c for c in configs if not c.kwargs["RING"]]
+
+
+# How the autotuner times a config. Few tokens: as a CUDA-graph replay, the way a decode step runs
+# it and the harness times it (Triton's default event pair counts the launch there, and ranked
+# head_groups' configs 10-18% off at T = 3 and 8). Many tokens: the default.
+_GRAPH_TIMED_ROWS = 64
+_tuning_rows = [0]  # the rows bucket of the launch being tuned (set by the launcher)
+
+
+def _time_config(kernel_call, quantiles):
+    if _tuning_rows[0] <= _GRAPH_TIMED_ROWS:
+        return triton.testing.do_bench_cudagraph(kernel_call, quantiles=quantiles)
+    return triton.testing.do_bench(kernel_call, quantiles=quantiles)
+
+
+def _rows_bucket(T: int) -> int:
+    """Autotuning key for the token count: the next power of two, capped (1, 4, 8, 64, 1024, 16384)."""
+    return min(triton.next_power_of_2(T), 16384)
+
+
+@functools.lru_cache(maxsize=16)
+def _sm_count(device: torch.device) -> int:
+    """Streaming multiprocessors of a CUDA device (a cached host-side query: no sync, graph-safe)."""
+    if device.type != "cuda":
+        return _CPU_SMS
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _group_heads(n: int) -> int:
+    """Heads per tile: the largest power of two that divides n, at most MAX_GROUP_HEADS."""
+    return min(n & -n, MAX_GROUP_HEADS)
+
+
+@triton.jit
+def _head_halves(desc, ptr, token, head0, d, d_mask, stride_t, stride_h, stride_d, HALF: tl.constexpr,
+                 HEADS: tl.constexpr, RING: tl.constexpr):  # fmt: skip
+    """Heads head0 .. head0 + HEADS - 1 of one token as their halves x[..., :Dh/2], x[..., Dh/2:]
+    ([HEADS, HALF_BLOCK] each, in the input's dtype): two TMA tiles, or plain loads (read once)."""
+    if RING:
+        x1 = desc.load([token, head0, 0, 0]).reshape(HEADS, HALF)
+        x2 = desc.load([token, head0, 1, 0]).reshape(HEADS, HALF)
+    else:
+        rows = ptr + token * stride_t + (head0 + tl.arange(0, HEADS))[:, None] * stride_h
+        mask = d_mask[None, :]
+        x1 = tl.load(rows + d[None, :] * stride_d, mask=mask, other=0.0, eviction_policy="evict_first")
+        x2 = tl.load(rows + (HALF + d[None, :]) * stride_d, mask=mask, other=0.0, eviction_policy="evict_first")
+    return x1, x2
+
+
+@triton.jit
+def _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p, stride_cs_d,
+              HALF: tl.constexpr, IS_ROPE: tl.constexpr, RING: tl.constexpr):  # fmt: skip
+    """The token's position data: its cos and sin halves (sliding) or its SSMax scale (global)."""
+    pos = tl.load(pos_ptr + token).to(tl.int64)
+    if IS_ROPE:
+        if RING:
+            row = pos.to(tl.int32)  # TMA coordinates are 32-bit
+            cos = cs_desc.load([row, 0, 0]).reshape(HALF)
+            sin = cs_desc.load([row, 1, 0]).reshape(HALF)
+        else:
+            row = cs_ptr + pos * stride_cs_p
+            cos = tl.load(row + d * stride_cs_d, mask=d_mask, other=0.0)
+            sin = tl.load(row + (HALF + d) * stride_cs_d, mask=d_mask, other=0.0)
+        scale = 1.0
+    else:
+        cos = tl.zeros_like(d).to(tl.float32)  # unused on global layers
+        sin = cos
+        scale = tl.load(ssmax_ptr + pos)  # SSMax scales queries only: (1 + p/2048)^0.1 from the table
+    return cos, sin, scale
+
+
+@triton.jit
+def _norm_and_position(x1, x2, w1, w2, cos, sin, scale, eps, HALF: tl.constexpr, IS_ROPE: tl.constexpr,
+                       SCALE: tl.constexpr):  # fmt: skip
+    """One tile of heads given as their halves (any float dtype): RMSNorm per head (rounding point
+    1), then RoPE, the SSMax scale (SCALE) or nothing (rounding point 2). Returns the BF16 halves."""
+    x1 = x1.to(tl.float32)
+    x2 = x2.to(tl.float32)
+    # Masked lanes hold 0 and add nothing. mean(x^2) from the EXACT sum of squares (BF16 squares are
+    # exact in FP32, their sum exact in FP64): the correctly rounded FP32 mean, in any order.
+    sum_sq = tl.sum((x1 * x1).to(tl.float64), axis=1) + tl.sum((x2 * x2).to(tl.float64), axis=1)
+    inv_rms = _rsqrt((sum_sq / (2 * HALF)).to(tl.float32) + eps)[:, None]
+    n1 = (x1 * inv_rms * w1[None, :]).to(tl.bfloat16)
+    n2 = (x2 * inv_rms * w2[None, :]).to(tl.bfloat16)
+    if IS_ROPE:
+        a = n1.to(tl.float32)
+        b = n2.to(tl.float32)
+        # rotate-half: each product rounded to FP32, then the add (no FMA: enable_fp_fusion=False).
+        return (a * cos[None, :] - b * sin[None, :]).to(tl.bfloat16), (b * cos[None, :] + a * sin[None, :]).to(
+            tl.bfloat16
+        )
+    if SCALE:
+        return (n1.to(tl.float32) * scale).to(tl.bfloat16), (n2.to(tl.float32) * scale).to(tl.bfloat16)
+    return n1, n2
+
+
+@triton.jit
+def _query_group(q_desc, q_ptr, q_out_ptr, token, group, w1, w2, cos, sin, scale, d, d_mask, stride_q_t, stride_q_h,
+                 stride_q_d, eps, N_Q_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
+                 Q_HEADS: tl.constexpr, IS_ROPE: tl.constexpr, RING: tl.constexpr):  # fmt: skip
+    """Query heads group*Q_HEADS .. +Q_HEADS-1 of one token -> q'."""
+    head0 = group * Q_HEADS
+    q1, q2 = _head_halves(q_desc, q_ptr, token, head0, d, d_mask, stride_q_t, stride_q_h, stride_q_d, HALF, Q_HEADS,
+                          RING)  # fmt: skip
+    o1, o2 = _norm_and_position(q1, q2, w1, w2, cos, sin, scale, eps, HALF, IS_ROPE, True)
+    out = q_out_ptr + (token * N_Q_HEADS + head0 + tl.arange(0, Q_HEADS))[:, None] * HEAD_DIM
+    mask = d_mask[None, :]
+    tl.store(out + d[None, :], o1, mask=mask)
+    tl.store(out + HALF + d[None, :], o2, mask=mask)
+
+
+@triton.jit
+def _key_value(k_desc, v_desc, k_ptr, v_ptr, slot_ptr, k_cache_ptr, v_cache_ptr, k_out_ptr, token, w1, w2, cos, sin,
+               d, d_mask, stride_k_t, stride_k_h, stride_k_d, stride_v_t, stride_v_h, stride_v_d, stride_kc_s,
+               stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d, eps, N_KV_HEADS: tl.constexpr,
+               HEAD_DIM: tl.constexpr, HALF: tl.constexpr, K_HEADS: tl.constexpr, IS_ROPE: tl.constexpr,
+               RING: tl.constexpr):  # fmt: skip
+    """The key heads of one token -> k', then k' and v into the cache row slot_mapping[token]."""
+    slot = tl.load(slot_ptr + token).to(tl.int64)
+    mask = d_mask[None, :]
+    keep = mask & (slot >= 0)  # slot -1: a token the cache does not keep; its writes are skipped
+    for group in tl.static_range(N_KV_HEADS // K_HEADS):
+        heads = (group * K_HEADS + tl.arange(0, K_HEADS))[:, None]
+        k1, k2 = _head_halves(k_desc, k_ptr, token, group * K_HEADS, d, d_mask, stride_k_t, stride_k_h, stride_k_d,
+                              HALF, K_HEADS, RING)  # fmt: skip
+        v1, v2 = _head_halves(v_desc, v_ptr, token, group * K_HEADS, d, d_mask, stride_v_t, stride_v_h, stride_v_d,
+                              HALF, K_HEADS, RING)  # fmt: skip
+        # Keys are rotated on sliding layers and never scaled (SSMax scales queries only).
+        o1, o2 = _norm_and_position(k1, k2, w1, w2, cos, sin, 1.0, eps, HALF, IS_ROPE, False)
+        out = k_out_ptr + (token * N_KV_HEADS + heads) * HEAD_DIM
+        tl.store(out + d[None, :], o1, mask=mask)
+        tl.store(out + HALF + d[None, :], o2, mask=mask)
+        kc = k_cache_ptr + slot * stride_kc_s + heads * stride_kc_h
+        tl.store(kc + d[None, :] * stride_kc_d, o1.to(k_cache_ptr.dtype.element_ty), mask=keep)
+        tl.store(kc + (HALF + d[None, :]) * stride_kc_d, o2.to(k_cache_ptr.dtype.element_ty), mask=keep)
+        vc = v_cache_ptr + slot * stride_vc_s + heads * stride_vc_h
+        tl.store(vc + d[None, :] * stride_vc_d, v1.to(v_cache_ptr.dtype.element_ty), mask=keep)
+        tl.store(vc + (HALF + d[None, :]) * stride_vc_d, v2.to(v_cache_ptr.dtype.element_ty), mask=keep)
+
+
+# cache_results: the winning config is stored in Triton's cache, so later processes on this machine
+# (the harness's parity and benchmark children, a model run) use the config that was checked.
+@triton.autotune(
+    configs=_configs(),
+    key=["N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM", "IS_ROPE", "TMA_OK", "rows_bucket"],
+    prune_configs_by={"early_config_prune": _prune},
+    do_bench=_time_config,
+    cache_results=True,
+)
+@triton.jit
+def _qk_norm_rope_ring_kernel(
+    q_desc,  # TMA descriptors of q, k, v as [T, heads, 2, Dh/2] and of the cos|sin table as [P, 2, Dh/2]
+    k_desc,  # (the tensors themselves where TMA cannot read them: the ring is not compiled then)
+    v_desc,
+    cs_desc,
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    cs_ptr,
+    q_w_ptr,
+    k_w_ptr,
+    pos_ptr,
+    slot_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    ssmax_ptr,
+    q_out_ptr,
+    k_out_ptr,
+    n_tokens,
+    stride_q_t,
+    stride_q_h,
+    stride_q_d,
+    stride_k_t,
+    stride_k_h,
+    stride_k_d,
+    stride_v_t,
+    stride_v_h,
+    stride_v_d,
+    stride_kc_s,
+    stride_kc_h,
+    stride_kc_d,
+    stride_vc_s,
+    stride_vc_h,
+    stride_vc_d,
+    stride_cs_p,
+    stride_cs_d,
+    eps,
+    rows_bucket,  # read only by the autotuner's key
+    N_Q_HEADS: tl.constexpr,
+    N_KV_HEADS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    HALF_BLOCK: tl.constexpr,  # next_pow2(Dh / 2): the plain path masks the rest; TMA needs it equal
+    Q_HEADS: tl.constexpr,
+    K_HEADS: tl.constexpr,
+    IS_ROPE: tl.constexpr,
+    TMA_OK: tl.constexpr,  # whether the descriptors are real (the prune drops ring configs otherwise)
+    PROGRAMS_PER_SM: tl.constexpr,  # read by the launcher's grid
+    STAGES: tl.constexpr,  # the ring's depth: STAGES - 1 tokens in flight per program
+    RING: tl.constexpr,
+    SPLIT: tl.constexpr,
+):
+    HALF: tl.constexpr = HEAD_DIM // 2
+    N_Q_GROUPS: tl.constexpr = N_Q_HEADS // Q_HEADS
+    PARTS: tl.constexpr = N_Q_GROUPS + 1 if SPLIT else 1
+    USE_TMA: tl.constexpr = RING and TMA_OK
+    d = tl.arange(0, HALF_BLOCK)
+    d_mask = d < HALF
+
+    # The norm weights, once per program; they stay in registers for every token it handles.
+    qw1 = tl.load(q_w_ptr + d, mask=d_mask, other=0.0).to(tl.float32)
+    qw2 = tl.load(q_w_ptr + HALF + d, mask=d_mask, other=0.0).to(tl.float32)
+    kw1 = tl.load(k_w_ptr + d, mask=d_mask, other=0.0).to(tl.float32)
+    kw2 = tl.load(k_w_ptr + HALF + d, mask=d_mask, other=0.0).to(tl.float32)
+
+    # A lane is PARTS programs side by side (token-major); lanes stride over the tokens.
+    pid = tl.program_id(0)
+    part = pid % PARTS
+    lane = pid // PARTS
+    n_lanes = tl.num_programs(0) // PARTS
+    # Each branch is one loop whose TMA loads Triton's pipeliner issues STAGES - 1 tokens ahead.
+    if SPLIT and part < N_Q_GROUPS:
+        for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
+            cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
+                                        stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
+            _query_group(q_desc, q_ptr, q_out_ptr, token, part, qw1, qw2, cos, sin, scale, d, d_mask, stride_q_t,
+                         stride_q_h, stride_q_d, eps, N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE, USE_TMA)  # fmt: skip
+    else:
+        for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
+            cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
+                                        stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
+            if not SPLIT:
+                for group in tl.static_range(N_Q_GROUPS):
+                    _query_group(q_desc, q_ptr, q_out_ptr, token, group, qw1, qw2, cos, sin, scale, d, d_mask,
+                                 stride_q_t, stride_q_h, stride_q_d, eps, N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE,
+                                 USE_TMA)  # fmt: skip
+            _key_value(k_desc, v_desc, k_ptr, v_ptr, slot_ptr, k_cache_ptr, v_cache_ptr, k_out_ptr, token, kw1, kw2,
+                       cos, sin, d, d_mask, stride_k_t, stride_k_h, stride_k_d, stride_v_t, stride_v_h, stride_v_d,
+                       stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d, eps, N_KV_HEADS,
+                       HEAD_DIM, HALF, K_HEADS, IS_ROPE, USE_TMA)  # fmt: skip
+
+
+def _tma_ok(half: int, *tensors: torch.Tensor) -> bool:
+    """TMA's rules for the [.., 2, Dh/2] views: Dh/2 a power of two spanning at least 16 bytes,
+    16-byte aligned bases, unit stride along Dh, 16-byte multiples for every other stride."""
+    if half & (half - 1) or any(half * t.element_size() < 16 for t in tensors):
+        return False
+    return all(
+        t.data_ptr() % 16 == 0 and t.stride(-1) == 1 and all((s * t.element_size()) % 16 == 0 for s in t.stride()[:-1])
+        for t in tensors
+    )
+
+
+def _heads_descriptor(x: torch.Tensor, heads: int, half: int) -> TensorDescriptor:
+    """x [T, n, Dh] as [T, n, 2, Dh/2], one tile = `heads` heads' first or second halves."""
+    T, n, _ = x.shape
+    return TensorDescriptor(x, [T, n, 2, half], [x.stride(0), x.stride(1), half, 1], [1, heads, 1, half])
+
+
+def qk_norm_rope(
+    q_THD: torch.Tensor,
+    k_TKD: torch.Tensor,
+    v_TKD: torch.Tensor,
+    q_norm_weight: torch.Tensor,
+    k_norm_weight: torch.Tensor,
+    positions_T: torch.Tensor,
+    slot_mapping_T: torch.Tensor,
+    k_cache_SKD: torch.Tensor,
+    v_cache_SKD: torch.Tensor,
+    rope_cos_sin_PD: torch.Tensor | None,
+    ssmax_scale_P: torch.Tensor | None,
+    eps: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Returns (q', k') as ops.qk_norm_rope and writes k', v into the caches at slot_mapping rows."""
+    if (rope_cos_sin_PD is None) == (ssmax_scale_P is None):
+        raise ValueError("qk_norm_rope needs exactly one of rope_cos_sin_PD (sliding) and ssmax_scale_P (global)")
+    if q_THD.dim() != 3 or k_TKD.dim() != 3 or v_TKD.shape != k_TKD.shape:
+        raise ValueError(
+            f"expected q [T, H, Dh], k and v [T, K, Dh]; got {tuple(q_THD.shape)}, {tuple(k_TKD.shape)}, "
+            f"{tuple(v_TKD.shape)}"
+        )
+    T, H, Dh = q_THD.shape
+    K = k_TKD.shape[1]
+    if k_TKD.shape[0] != T or k_TKD.shape[2] != Dh or Dh % 2:
+        raise ValueError(f"q {tuple(q_THD.shape)} and k {tuple(k_TKD.shape)} must share T and an even Dh")
+    if positions_T.shape != (T,) or slot_mapping_T.shape != (T,):
+        raise ValueError(
+            f"positions_T and slot_mapping_T must be [{T}]; got {tuple(positions_T.shape)}, "
+            f"{tuple(slot_mapping_T.shape)}"
+        )
+    if k_cache_SKD.shape[1:] != (K, Dh) or v_cache_SKD.shape != k_cache_SKD.shape:
+        raise ValueError(
+            f"caches must be [S, {K}, {Dh}]; got {tuple(k_cache_SKD.shape)} and {tuple(v_cache_SKD.shape)}"
+        )
+    is_rope = rope_cos_sin_PD is not None
+    if is_rope and rope_cos_sin_PD.shape[1] != Dh:
+        raise ValueError(f"rope_cos_sin_PD must be [P, {Dh}]; got {tuple(rope_cos_sin_PD.shape)}")
+
+    q_out_THD = torch.empty((T, H, Dh), dtype=torch.bfloat16, device=q_THD.device)
+    k_out_TKD = torch.empty((T, K, Dh), dtype=torch.bfloat16, device=q_THD.device)
+    if T == 0:
+        return q_out_THD, k_out_TKD
+    half = Dh // 2
+    q_heads, k_heads = _group_heads(H), _group_heads(K)
+    ssmax_P = None if is_rope else ssmax_scale_P.contiguous()
+    table_PD = rope_cos_sin_PD if is_rope else q_THD.new_empty((1, Dh), dtype=torch.float32)  # unread on global
+    tma_ok = _tma_ok(half, q_THD, k_TKD, v_TKD, table_PD)
+    if tma_ok:
+        P = table_PD.shape[0]
+        descriptors = (
+            _heads_descriptor(q_THD, q_heads, half),
+            _heads_descriptor(k_TKD, k_heads, half),
+            _heads_descriptor(v_TKD, k_heads, half),
+            TensorDescriptor(table_PD, [P, 2, half], [table_PD.stride(0), half, 1], [1, 1, half]),
+        )
+    else:
+        descriptors = (q_THD, k_TKD, v_TKD, table_PD)
+    n_sms = _sm_count(q_THD.device)
+
+    def grid(meta):
+        parts = H // q_heads + 1 if meta["SPLIT"] else 1
+        lanes = min(T, max(1, meta["PROGRAMS_PER_SM"] * n_sms // parts))
+        return (lanes * parts,)
+
+    _tuning_rows[0] = _rows_bucket(T)
+    _qk_norm_rope_ring_kernel[grid](
+        *descriptors,
+        q_THD,
+        k_TKD,
+        v_TKD,
+        table_PD,
+        q_norm_weight.contiguous(),
+        k_norm_weight.contiguous(),
+        positions_T,
+        slot_mapping_T,
+        k_cache_SKD,
+        v_cache_SKD,
+        ssmax_P,
+        q_out_THD,
+        k_out_TKD,
+        T,
+        *q_THD.stride(),
+        *k_TKD.stride(),
+        *v_TKD.stride(),
+        *k_cache_SKD.stride(),
+        *v_cache_SKD.stride(),
+        *table_PD.stride(),
+        eps,
+        _rows_bucket(T),
+        N_Q_HEADS=H,
+        N_KV_HEADS=K,
+        HEAD_DIM=Dh,
+        HALF_BLOCK=triton.next_power_of_2(half),
+        Q_HEADS=q_heads,
+        K_HEADS=k_heads,
+        IS_ROPE=is_rope,
+        TMA_OK=tma_ok,
+        enable_fp_fusion=False,
+    )
+    return q_out_THD, k_out_TKD
