@@ -90,19 +90,23 @@ MAX_GROUP_HEADS = 16
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
         return [triton.Config({"PROGRAMS_PER_SM": 1, "STAGES": 3, "RING": True, "SPLIT": False}, num_warps=4)]
-    # (split, ring, programs per SM, stages, warps). Few tokens: split, as head_groups (its winners
-    # were 16-head groups with 2 warps), plain or a shallow ring. Many tokens: rings deep enough to
-    # keep 60-130 KB in flight per SM, the depth fuse_norm/tma_ring needed.
+    # (split, ring, programs per SM, stages, warps); 0 programs per SM: one lane per token, head_groups'
+    # grid. Few tokens and global layers: split, without the ring (head_groups' 16-head groups; 2 or 4
+    # warps were its picks). Sliding T = 16384: whole tokens in a ring of 2-3 stages, 2-4 programs per SM
+    # (call 2 of the twelfth session: (2, 3, 4 warps) 164.2 us; deeper rings, 8 warps and split rings
+    # 170-186 us).
     shapes = (
+        (True, False, 0, 1, 2),
+        (True, False, 0, 1, 4),
         (True, False, 16, 1, 2),
-        (True, True, 16, 2, 2),
-        (True, True, 8, 4, 2),
         (True, True, 8, 6, 4),
+        (False, True, 2, 2, 4),
         (False, True, 2, 3, 4),
-        (False, True, 2, 4, 4),
-        (False, True, 2, 4, 8),
+        (False, True, 3, 2, 4),
         (False, True, 3, 3, 4),
-        (False, False, 4, 1, 4),
+        (False, True, 4, 2, 2),
+        (False, True, 4, 3, 2),
+        (False, True, 2, 4, 4),
     )
     return [
         triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": r, "SPLIT": split}, num_warps=w)
@@ -223,13 +227,9 @@ def _norm_and_position(x1, x2, w1, w2, cos, sin, scale, eps, HALF: tl.constexpr,
 
 
 @triton.jit
-def _query_group(q_desc, q_ptr, q_out_ptr, token, group, w1, w2, cos, sin, scale, d, d_mask, stride_q_t, stride_q_h,
-                 stride_q_d, eps, N_Q_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr,
-                 Q_HEADS: tl.constexpr, IS_ROPE: tl.constexpr, RING: tl.constexpr):  # fmt: skip
-    """Query heads group*Q_HEADS .. +Q_HEADS-1 of one token -> q'."""
-    head0 = group * Q_HEADS
-    q1, q2 = _head_halves(q_desc, q_ptr, token, head0, d, d_mask, stride_q_t, stride_q_h, stride_q_d, HALF, Q_HEADS,
-                          RING)  # fmt: skip
+def _query_group(q1, q2, q_out_ptr, token, head0, w1, w2, cos, sin, scale, d, d_mask, eps, N_Q_HEADS: tl.constexpr,
+                 HEAD_DIM: tl.constexpr, HALF: tl.constexpr, Q_HEADS: tl.constexpr, IS_ROPE: tl.constexpr):  # fmt: skip
+    """Loaded query heads head0 .. head0 + Q_HEADS - 1 of one token -> q'."""
     o1, o2 = _norm_and_position(q1, q2, w1, w2, cos, sin, scale, eps, HALF, IS_ROPE, True)
     out = q_out_ptr + (token * N_Q_HEADS + head0 + tl.arange(0, Q_HEADS))[:, None] * HEAD_DIM
     mask = d_mask[None, :]
@@ -238,32 +238,27 @@ def _query_group(q_desc, q_ptr, q_out_ptr, token, group, w1, w2, cos, sin, scale
 
 
 @triton.jit
-def _key_value(k_desc, v_desc, k_ptr, v_ptr, slot_ptr, k_cache_ptr, v_cache_ptr, k_out_ptr, token, w1, w2, cos, sin,
-               d, d_mask, stride_k_t, stride_k_h, stride_k_d, stride_v_t, stride_v_h, stride_v_d, stride_kc_s,
-               stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d, eps, N_KV_HEADS: tl.constexpr,
-               HEAD_DIM: tl.constexpr, HALF: tl.constexpr, K_HEADS: tl.constexpr, IS_ROPE: tl.constexpr,
-               RING: tl.constexpr):  # fmt: skip
-    """The key heads of one token -> k', then k' and v into the cache row slot_mapping[token]."""
-    slot = tl.load(slot_ptr + token).to(tl.int64)
+def _key_value_group(k1, k2, v1, v2, slot, k_cache_ptr, v_cache_ptr, k_out_ptr, token, head0, w1, w2, cos, sin, d,
+                     d_mask, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d, eps,
+                     N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, K_HEADS: tl.constexpr,
+                     IS_ROPE: tl.constexpr):  # fmt: skip
+    """Loaded key and value heads head0 .. head0 + K_HEADS - 1 of one token -> k', then k' and v into the
+    cache row `slot` (slot -1: a token the cache does not keep; its writes are skipped)."""
+    heads = (head0 + tl.arange(0, K_HEADS))[:, None]
     mask = d_mask[None, :]
-    keep = mask & (slot >= 0)  # slot -1: a token the cache does not keep; its writes are skipped
-    for group in tl.static_range(N_KV_HEADS // K_HEADS):
-        heads = (group * K_HEADS + tl.arange(0, K_HEADS))[:, None]
-        k1, k2 = _head_halves(k_desc, k_ptr, token, group * K_HEADS, d, d_mask, stride_k_t, stride_k_h, stride_k_d,
-                              HALF, K_HEADS, RING)  # fmt: skip
-        v1, v2 = _head_halves(v_desc, v_ptr, token, group * K_HEADS, d, d_mask, stride_v_t, stride_v_h, stride_v_d,
-                              HALF, K_HEADS, RING)  # fmt: skip
-        # Keys are rotated on sliding layers and never scaled (SSMax scales queries only).
-        o1, o2 = _norm_and_position(k1, k2, w1, w2, cos, sin, 1.0, eps, HALF, IS_ROPE, False)
-        out = k_out_ptr + (token * N_KV_HEADS + heads) * HEAD_DIM
-        tl.store(out + d[None, :], o1, mask=mask)
-        tl.store(out + HALF + d[None, :], o2, mask=mask)
-        kc = k_cache_ptr + slot * stride_kc_s + heads * stride_kc_h
-        tl.store(kc + d[None, :] * stride_kc_d, o1.to(k_cache_ptr.dtype.element_ty), mask=keep)
-        tl.store(kc + (HALF + d[None, :]) * stride_kc_d, o2.to(k_cache_ptr.dtype.element_ty), mask=keep)
-        vc = v_cache_ptr + slot * stride_vc_s + heads * stride_vc_h
-        tl.store(vc + d[None, :] * stride_vc_d, v1.to(v_cache_ptr.dtype.element_ty), mask=keep)
-        tl.store(vc + (HALF + d[None, :]) * stride_vc_d, v2.to(v_cache_ptr.dtype.element_ty), mask=keep)
+    keep = mask & (slot >= 0)
+    # Keys are rotated on sliding layers and never scaled (SSMax scales queries only).
+    o1, o2 = _norm_and_position(k1, k2, w1, w2, cos, sin, 1.0, eps, HALF, IS_ROPE, False)
+    out = k_out_ptr + (token * N_KV_HEADS + heads) * HEAD_DIM
+    tl.store(out + d[None, :], o1, mask=mask)
+    tl.store(out + HALF + d[None, :], o2, mask=mask)
+    # The cache gets exactly the returned k' and the input v, in the cache's dtype.
+    kc = k_cache_ptr + slot * stride_kc_s + heads * stride_kc_h
+    tl.store(kc + d[None, :] * stride_kc_d, o1.to(k_cache_ptr.dtype.element_ty), mask=keep)
+    tl.store(kc + (HALF + d[None, :]) * stride_kc_d, o2.to(k_cache_ptr.dtype.element_ty), mask=keep)
+    vc = v_cache_ptr + slot * stride_vc_s + heads * stride_vc_h
+    tl.store(vc + d[None, :] * stride_vc_d, v1.to(v_cache_ptr.dtype.element_ty), mask=keep)
+    tl.store(vc + (HALF + d[None, :]) * stride_vc_d, v2.to(v_cache_ptr.dtype.element_ty), mask=keep)
 
 
 # cache_results: the winning config is stored in Triton's cache, so later processes on this machine
@@ -329,6 +324,7 @@ def _qk_norm_rope_ring_kernel(
 ):
     HALF: tl.constexpr = HEAD_DIM // 2
     N_Q_GROUPS: tl.constexpr = N_Q_HEADS // Q_HEADS
+    N_KV_GROUPS: tl.constexpr = N_KV_HEADS // K_HEADS
     PARTS: tl.constexpr = N_Q_GROUPS + 1 if SPLIT else 1
     USE_TMA: tl.constexpr = RING and TMA_OK
     d = tl.arange(0, HALF_BLOCK)
@@ -340,31 +336,56 @@ def _qk_norm_rope_ring_kernel(
     kw1 = tl.load(k_w_ptr + d, mask=d_mask, other=0.0).to(tl.float32)
     kw2 = tl.load(k_w_ptr + HALF + d, mask=d_mask, other=0.0).to(tl.float32)
 
-    # A lane is PARTS programs side by side (token-major); lanes stride over the tokens.
+    # A lane is PARTS programs side by side (token-major); lanes stride over the tokens. Each branch is
+    # one loop whose TMA loads Triton's pipeliner issues STAGES - 1 tokens ahead. Without the ring, a
+    # part loads its heads before its position, so that they are in flight while the position and its
+    # cos|sin row (two dependent round trips) arrive.
     pid = tl.program_id(0)
     part = pid % PARTS
     lane = pid // PARTS
     n_lanes = tl.num_programs(0) // PARTS
-    # Each branch is one loop whose TMA loads Triton's pipeliner issues STAGES - 1 tokens ahead.
-    if SPLIT and part < N_Q_GROUPS:
-        for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
-            cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
-                                        stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
-            _query_group(q_desc, q_ptr, q_out_ptr, token, part, qw1, qw2, cos, sin, scale, d, d_mask, stride_q_t,
-                         stride_q_h, stride_q_d, eps, N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE, USE_TMA)  # fmt: skip
+    if SPLIT:
+        if part < N_Q_GROUPS:
+            for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
+                q1, q2 = _head_halves(q_desc, q_ptr, token, part * Q_HEADS, d, d_mask, stride_q_t, stride_q_h,
+                                      stride_q_d, HALF, Q_HEADS, USE_TMA)  # fmt: skip
+                cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
+                                            stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
+                _query_group(q1, q2, q_out_ptr, token, part * Q_HEADS, qw1, qw2, cos, sin, scale, d, d_mask, eps,
+                             N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE)  # fmt: skip
+        else:
+            for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
+                slot = tl.load(slot_ptr + token).to(tl.int64)
+                for group in tl.static_range(N_KV_GROUPS):  # one group for Beam (8 kv heads)
+                    k1, k2 = _head_halves(k_desc, k_ptr, token, group * K_HEADS, d, d_mask, stride_k_t, stride_k_h,
+                                          stride_k_d, HALF, K_HEADS, USE_TMA)  # fmt: skip
+                    v1, v2 = _head_halves(v_desc, v_ptr, token, group * K_HEADS, d, d_mask, stride_v_t, stride_v_h,
+                                          stride_v_d, HALF, K_HEADS, USE_TMA)  # fmt: skip
+                    cos, sin, _ = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
+                                            stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
+                    _key_value_group(k1, k2, v1, v2, slot, k_cache_ptr, v_cache_ptr, k_out_ptr, token, group * K_HEADS,
+                                     kw1, kw2, cos, sin, d, d_mask, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s,
+                                     stride_vc_h, stride_vc_d, eps, N_KV_HEADS, HEAD_DIM, HALF, K_HEADS,
+                                     IS_ROPE)  # fmt: skip
     else:
         for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
             cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
                                         stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
-            if not SPLIT:
-                for group in tl.static_range(N_Q_GROUPS):
-                    _query_group(q_desc, q_ptr, q_out_ptr, token, group, qw1, qw2, cos, sin, scale, d, d_mask,
-                                 stride_q_t, stride_q_h, stride_q_d, eps, N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE,
-                                 USE_TMA)  # fmt: skip
-            _key_value(k_desc, v_desc, k_ptr, v_ptr, slot_ptr, k_cache_ptr, v_cache_ptr, k_out_ptr, token, kw1, kw2,
-                       cos, sin, d, d_mask, stride_k_t, stride_k_h, stride_k_d, stride_v_t, stride_v_h, stride_v_d,
-                       stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d, eps, N_KV_HEADS,
-                       HEAD_DIM, HALF, K_HEADS, IS_ROPE, USE_TMA)  # fmt: skip
+            for group in tl.static_range(N_Q_GROUPS):
+                q1, q2 = _head_halves(q_desc, q_ptr, token, group * Q_HEADS, d, d_mask, stride_q_t, stride_q_h,
+                                      stride_q_d, HALF, Q_HEADS, USE_TMA)  # fmt: skip
+                _query_group(q1, q2, q_out_ptr, token, group * Q_HEADS, qw1, qw2, cos, sin, scale, d, d_mask, eps,
+                             N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE)  # fmt: skip
+            slot = tl.load(slot_ptr + token).to(tl.int64)
+            for group in tl.static_range(N_KV_GROUPS):
+                k1, k2 = _head_halves(k_desc, k_ptr, token, group * K_HEADS, d, d_mask, stride_k_t, stride_k_h,
+                                      stride_k_d, HALF, K_HEADS, USE_TMA)  # fmt: skip
+                v1, v2 = _head_halves(v_desc, v_ptr, token, group * K_HEADS, d, d_mask, stride_v_t, stride_v_h,
+                                      stride_v_d, HALF, K_HEADS, USE_TMA)  # fmt: skip
+                _key_value_group(k1, k2, v1, v2, slot, k_cache_ptr, v_cache_ptr, k_out_ptr, token, group * K_HEADS,
+                                 kw1, kw2, cos, sin, d, d_mask, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s,
+                                 stride_vc_h, stride_vc_d, eps, N_KV_HEADS, HEAD_DIM, HALF, K_HEADS,
+                                 IS_ROPE)  # fmt: skip
 
 
 def _tma_ok(half: int, *tensors: torch.Tensor) -> bool:
@@ -446,7 +467,8 @@ def qk_norm_rope(
 
     def grid(meta):
         parts = H // q_heads + 1 if meta["SPLIT"] else 1
-        lanes = min(T, max(1, meta["PROGRAMS_PER_SM"] * n_sms // parts))
+        per_sm = meta["PROGRAMS_PER_SM"]
+        lanes = T if per_sm == 0 else min(T, max(1, per_sm * n_sms // parts))  # 0: a lane per token
         return (lanes * parts,)
 
     _tuning_rows[0] = _rows_bucket(T)
