@@ -75,3 +75,99 @@ def test_router_gemm_computes_the_task_function_with_every_gpu_config(tmp_path):
     finally:
         module._interpreter_config = shipped
     assert len(gpu_configs) > 1 and not failures, "\n".join(failures)
+
+
+# ---- qk_norm_rope/token_ring: the plain-load path for inputs TMA cannot read ------------------------------
+def _qk_inputs(T, H, K, Dh, sliding, gen, q_offset=0, packed_kv=False, discard_every=0):
+    """Random qk_norm_rope inputs with a few layouts the task's own shapes never give: q at an odd
+    element offset (TMA needs 16-byte aligned bases), k and v as views of one packed [T, 2K, Dh]
+    tensor (strided, still readable by TMA), tokens the cache does not keep (slot -1)."""
+    import torch
+
+    from reference_model import ops
+
+    q = torch.randn(T * H * Dh + q_offset, generator=gen).to(torch.bfloat16)[q_offset:].view(T, H, Dh)
+    if packed_kv:
+        kv = torch.randn(T, 2 * K, Dh, generator=gen).to(torch.bfloat16)
+        k, v = kv[:, :K], kv[:, K:]
+    else:
+        k, v = (torch.randn(T, K, Dh, generator=gen).to(torch.bfloat16) for _ in range(2))
+    P, S = 64, 3 * T + 1
+    slots = torch.randperm(S - 1, generator=gen)[:T]
+    if discard_every:
+        slots[::discard_every] = -1
+    return {
+        "q_THD": q,
+        "k_TKD": k,
+        "v_TKD": v,
+        "q_norm_weight": (1 + 0.1 * torch.randn(Dh, generator=gen)).to(torch.bfloat16),
+        "k_norm_weight": (1 + 0.1 * torch.randn(Dh, generator=gen)).to(torch.bfloat16),
+        "positions_T": torch.randint(0, P, (T,), generator=gen),
+        "slot_mapping_T": slots,
+        "k_cache_SKD": torch.randn(S, K, Dh, generator=gen).to(torch.bfloat16),
+        "v_cache_SKD": torch.randn(S, K, Dh, generator=gen).to(torch.bfloat16),
+        "rope_cos_sin_PD": ops.rope_table(P, Dh, 10000.0) if sliding else None,
+        "ssmax_scale_P": None if sliding else ops.ssmax_table(P, 2048, 0.1),
+        "eps": 1e-6,
+    }
+
+
+def test_token_ring_matches_head_groups_where_tma_cannot_read(tmp_path):
+    """token_ring's ring reads TMA tiles; inputs TMA cannot read (Dh/2 not a power of two, a misaligned
+    base) take its plain loads. With every GPU config forced, both paths, odd head counts (groups of 2
+    and 1 heads), strided k/v views and discarded tokens give head_groups' outputs and caches bit for bit."""
+    import importlib.util
+
+    import torch
+
+    from harness import interpreter_patches
+
+    task = TASKS["qk_norm_rope"]
+    folder = REPO_ROOT / "candidate_kernels" / "qk_norm_rope"
+    settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), cache_dir=str(tmp_path))
+    ev = runner._Evaluation(task, [candidates.load(folder / "token_ring.py", task.name, task.op_name)], settings)
+    gpu_configs = [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
+    modules = {}
+    for name in ("token_ring", "head_groups"):
+        spec = importlib.util.spec_from_file_location(f"{name}_under_test", folder / f"{name}.py")
+        modules[name] = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(modules[name])
+    interpreter_patches.apply()
+    ring = modules["token_ring"]
+    autotuned = ring._qk_norm_rope_ring_kernel
+
+    class Forced:  # the launcher's kernel[grid](...) with one config's constexprs, as the autotuner would
+        kwargs: dict = {}
+
+        def __getitem__(self, grid):
+            def launch(*args, **kw):
+                kw.pop("enable_fp_fusion")
+                return autotuned.fn[grid({**kw, **Forced.kwargs})](*args, **kw, **Forced.kwargs)
+
+            return launch
+
+    cases = {
+        "Dh=24 (plain)": dict(T=3, H=6, K=3, Dh=24, sliding=True),
+        "q misaligned (plain)": dict(T=4, H=4, K=2, Dh=16, sliding=True, q_offset=1),
+        "packed k/v, discards (TMA)": dict(T=5, H=12, K=4, Dh=16, sliding=True, packed_kv=True, discard_every=2),
+        "global, discards (TMA)": dict(T=5, H=8, K=2, Dh=32, sliding=False, discard_every=3),
+    }
+    failures, paths = [], set()
+    ring._qk_norm_rope_ring_kernel = Forced()
+    try:
+        for kwargs in gpu_configs:
+            Forced.kwargs = kwargs
+            for label, case in cases.items():
+                inputs = _qk_inputs(**case, gen=torch.Generator().manual_seed(7))
+                table = inputs["rope_cos_sin_PD"] if case["sliding"] else torch.empty(1, case["Dh"])
+                paths.add(ring._tma_ok(case["Dh"] // 2, inputs["q_THD"], inputs["k_TKD"], inputs["v_TKD"], table))
+                outs = {}
+                for name, module in modules.items():
+                    run = {k: v.clone() if k.endswith("cache_SKD") else v for k, v in inputs.items()}
+                    outs[name] = (*module.qk_norm_rope(**run), run["k_cache_SKD"], run["v_cache_SKD"])
+                if not all(torch.equal(a, b) for a, b in zip(outs["token_ring"], outs["head_groups"], strict=True)):
+                    failures.append(f"{kwargs} on {label}")
+    finally:
+        ring._qk_norm_rope_ring_kernel = autotuned
+    assert paths == {True, False}, "the cases must take both the TMA and the plain path"
+    assert len(gpu_configs) > 1 and not failures, "\n".join(failures)

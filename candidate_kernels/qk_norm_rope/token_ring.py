@@ -23,7 +23,20 @@ read: unaligned bases or strides, a non-unit stride along Dh, Dh/2 not a power o
 Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row 512 B or 4 B):
   T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  sliding 579 MB -> 135.4 us (goal <= 140 us); global 571 MB -> 133.5 us (goal <= 135 us)
-Not yet measured on the H200.
+Measured on the H200 (twelfth session; results/README.md; `harness run task=qk_norm_rope
+"candidates=[token_ring,head_groups]"`, p50 us, head_groups in the same run in parentheses):
+  sliding T=16384  167.34 (177.60), 82% of the floor, goal <= 140 missed by 27 us. The autotuner took whole
+                   tokens, 4 programs per SM of 2 warps, a ring of 2 stages; graph replays of that config
+                   ran 157.7 us (head_groups 171.7) in a forced sweep of the same call, and Nsight Compute
+                   154.8 us (74.5% of DRAM peak; 124 registers, 8 warps per SM, 12% achieved occupancy).
+  global  T=16384  157.52 (153.58): the autotuner took head_groups' grid; every ring config ran 152-187 us.
+  T <= 64          1.73-2.79 (1.59-2.79): head_groups' grid; equal to it on sliding layers, up to 0.26 us
+                   slower on global ones.
+  Copy ceiling: torch copies of q, k and v (two thirds of the op's bytes) ran at 3.9-4.0 TB/s in the
+  sweeps; the op's bytes at that rate take 145.6 us (sliding) and 146.2 us (global), above both goals.
+  Not promoted: on global layers it is no faster than head_groups or torch.compile, and the harness's
+  event windows read the ring about 9 us slower than graph replays do (head_groups: the same in both),
+  which points at the host cost of the launcher with four TMA descriptors (not profiled).
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3): head_groups.py's, bit for bit:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1
