@@ -34,9 +34,9 @@ Measured on the H200 (twelfth session; results/README.md; `harness run task=qk_n
                    slower on global ones.
   Copy ceiling: torch copies of q, k and v (two thirds of the op's bytes) ran at 3.9-4.0 TB/s in the
   sweeps; the op's bytes at that rate take 145.6 us (sliding) and 146.2 us (global), above both goals.
-  Not promoted: on global layers it is no faster than head_groups or torch.compile, and the harness's
-  event windows read the ring about 9 us slower than graph replays do (head_groups: the same in both),
-  which points at the host cost of the launcher with four TMA descriptors (not profiled).
+  In that call the harness's event windows read both kernels above the sweep's graph replays (the ring's
+  pick by 9.6 us, head_groups by 6.0); in the call before they agreed within 2.8 us for both.
+  Not promoted: on global layers it is no faster than head_groups or torch.compile.
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3): head_groups.py's, bit for bit:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1
