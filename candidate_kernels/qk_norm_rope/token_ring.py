@@ -11,12 +11,13 @@ so Triton's pipeliner issues the loads of the next STAGES - 1 tokens (q, k, v, a
 at the position read ahead with them) into a ring in shared memory while this token is normalized,
 rotated and written. Plain loads in such a loop are not pipelined by Triton 3.6 (fuse_norm/tma_ring).
 
-Two ways to cut the work (SPLIT, autotuned), both persistent:
+Two ways to cut the work (SPLIT, autotuned):
   whole token  one program does all of a token per iteration: its N_Q_GROUPS query head groups, its
                key heads, the V copy and both cache rows (35 KB of traffic per Beam token).
   split        the programs of a lane take one part each, a query head group or the key/value part,
                over the lane's tokens: at T = 1 a token's 4 parts run on 4 SMs side by side, like
-               head_groups; at T = 16384 each part has a ring of its own.
+               head_groups; at T = 16384 each part has a ring of its own. PROGRAMS_PER_SM = 0 gives
+               each token its own lane: head_groups' grid of T x 4 programs.
 RING = False is the same loop with plain loads and no pipelining (few tokens, or inputs TMA cannot
 read: unaligned bases or strides, a non-unit stride along Dh, Dh/2 not a power of two).
 
@@ -32,11 +33,13 @@ Measured on the H200 (twelfth session; results/README.md; `harness run task=qk_n
   global  T=16384  157.52 (153.58): the autotuner took head_groups' grid; every ring config ran 152-187 us.
   T <= 64          1.73-2.79 (1.59-2.79): head_groups' grid; equal to it on sliding layers, up to 0.26 us
                    slower on global ones.
-  Copy ceiling: torch copies of q, k and v (two thirds of the op's bytes) ran at 3.9-4.0 TB/s in the
+  Copy ceiling: torch copies of q, k and v (32 of the op's 35 KB per token) ran at 3.9-4.0 TB/s in the
   sweeps; the op's bytes at that rate take 145.6 us (sliding) and 146.2 us (global), above both goals.
   In that call the harness's event windows read both kernels above the sweep's graph replays (the ring's
   pick by 9.6 us, head_groups by 6.0); in the call before they agreed within 2.8 us for both.
   Not promoted: on global layers it is no faster than head_groups or torch.compile.
+  (Measured at 3498a69; since then only these notes and 64-bit offsets for the plain loads and the
+  stores, which overflowed 32 bits past 2^31 elements, T > 349K Beam tokens.)
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3): head_groups.py's, bit for bit:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1
@@ -51,8 +54,8 @@ Tiling: a head is handled as its two rotate-half halves, [HEADS, Dh/2] tiles; th
 view q, k and v as [T, heads, 2, Dh/2] (block [1, HEADS, 1, Dh/2]) and the cos|sin table as
 [P, 2, Dh/2], so each half arrives as its own tile and the rotation pairs registers. Query heads
 go in groups of Q_HEADS = the largest power of two dividing H, at most 16 (Beam 48 -> 16), key
-heads in one group of the largest power of two dividing K, at most 16 (Beam 8): no group straddles
-a token, no lane is masked.
+heads in groups of the largest power of two dividing K, at most 16 (Beam 8: one group): no group
+straddles a token, no lane is masked.
 
 Shape legend: T tokens, H query heads, K kv heads, Dh head dim, S cache slots, P table positions.
 """
@@ -106,8 +109,8 @@ def _configs() -> list[triton.Config]:
     # (split, ring, programs per SM, stages, warps); 0 programs per SM: one lane per token, head_groups'
     # grid. Few tokens and global layers: split, without the ring (head_groups' 16-head groups; 2 or 4
     # warps were its picks). Sliding T = 16384: whole tokens in a ring of 2-3 stages, 2-4 programs per SM
-    # (call 2 of the twelfth session: (2, 3, 4 warps) 164.2 us; deeper rings, 8 warps and split rings
-    # 170-186 us).
+    # (graph replays, call 3 of the twelfth session: 4 programs of 2 warps with 2 stages 157.7 us, the
+    # other rings here 162.0-199.8; in call 2, 4-stage rings, 8 warps and split rings ran 170-186 us).
     shapes = (
         (True, False, 0, 1, 2),
         (True, False, 0, 1, 4),
@@ -131,10 +134,10 @@ def _prune(configs, named_args, **kwargs):
     """Ring configs only where TMA can read the inputs, and only those whose rings fit the shared
     memory of an SM with its other programs (STAGES - 1 buffers of a program's loads per token)."""
     tma_ok = kwargs["TMA_OK"]
-    dh, q_heads, k_heads = kwargs["HEAD_DIM"], kwargs["Q_HEADS"], kwargs["N_KV_HEADS"]
+    dh, q_heads, n_kv = kwargs["HEAD_DIM"], kwargs["Q_HEADS"], kwargs["N_KV_HEADS"]
     table = dh * 4 if kwargs["IS_ROPE"] else 0
-    whole = kwargs["N_Q_HEADS"] * dh * 2 + 2 * k_heads * dh * 2 + table
-    part = max(q_heads * dh * 2, 2 * k_heads * dh * 2) + table
+    whole = kwargs["N_Q_HEADS"] * dh * 2 + 2 * n_kv * dh * 2 + table  # q, k, v and the table row (BF16, FP32)
+    part = max(q_heads * dh * 2, 2 * n_kv * dh * 2) + table  # a query group, or all key and value heads
 
     def smem(c):
         if not c.kwargs["RING"]:
@@ -185,7 +188,7 @@ def _head_halves(desc, ptr, token, head0, d, d_mask, stride_t, stride_h, stride_
         x1 = desc.load([token, head0, 0, 0]).reshape(HEADS, HALF)
         x2 = desc.load([token, head0, 1, 0]).reshape(HEADS, HALF)
     else:
-        rows = ptr + token * stride_t + (head0 + tl.arange(0, HEADS))[:, None] * stride_h
+        rows = ptr + tl.cast(token, tl.int64) * stride_t + (head0 + tl.arange(0, HEADS))[:, None] * stride_h
         mask = d_mask[None, :]
         x1 = tl.load(rows + d[None, :] * stride_d, mask=mask, other=0.0, eviction_policy="evict_first")
         x2 = tl.load(rows + (HALF + d[None, :]) * stride_d, mask=mask, other=0.0, eviction_policy="evict_first")
@@ -244,7 +247,7 @@ def _query_group(q1, q2, q_out_ptr, token, head0, w1, w2, cos, sin, scale, d, d_
                  HEAD_DIM: tl.constexpr, HALF: tl.constexpr, Q_HEADS: tl.constexpr, IS_ROPE: tl.constexpr):  # fmt: skip
     """Loaded query heads head0 .. head0 + Q_HEADS - 1 of one token -> q'."""
     o1, o2 = _norm_and_position(q1, q2, w1, w2, cos, sin, scale, eps, HALF, IS_ROPE, True)
-    out = q_out_ptr + (token * N_Q_HEADS + head0 + tl.arange(0, Q_HEADS))[:, None] * HEAD_DIM
+    out = q_out_ptr + (tl.cast(token, tl.int64) * N_Q_HEADS + head0 + tl.arange(0, Q_HEADS))[:, None] * HEAD_DIM
     mask = d_mask[None, :]
     tl.store(out + d[None, :], o1, mask=mask)
     tl.store(out + HALF + d[None, :], o2, mask=mask)
@@ -262,7 +265,7 @@ def _key_value_group(k1, k2, v1, v2, slot, k_cache_ptr, v_cache_ptr, k_out_ptr, 
     keep = mask & (slot >= 0)
     # Keys are rotated on sliding layers and never scaled (SSMax scales queries only).
     o1, o2 = _norm_and_position(k1, k2, w1, w2, cos, sin, 1.0, eps, HALF, IS_ROPE, False)
-    out = k_out_ptr + (token * N_KV_HEADS + heads) * HEAD_DIM
+    out = k_out_ptr + (tl.cast(token, tl.int64) * N_KV_HEADS + heads) * HEAD_DIM
     tl.store(out + d[None, :], o1, mask=mask)
     tl.store(out + HALF + d[None, :], o2, mask=mask)
     # The cache gets exactly the returned k' and the input v, in the cache's dtype.
