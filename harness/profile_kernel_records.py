@@ -11,7 +11,8 @@ both sides of that child share and what the parent makes of it:
   call_figures     the kernels' names and the combined METRICS of one call, from the ProfileResults
                    DataFrame (one row per metric: Annotation, Metric, AvgValue, Kernel "k1|k2", ...)
   shape_figures    per shape: duration, DRAM throughput as % of peak, SM throughput and occupancy
-                   (achieved, theoretical), registers per thread, spills (local-memory bytes moved,
+                   (achieved, theoretical), the issue slots used and the XU, FP64, FMA and ALU
+                   pipes' utilizations, registers per thread, spills (local-memory bytes moved,
                    and ptxas's spill count of the Triton kernels), DRAM bytes against the task's
                    Cost floor, and the floor fraction against the measured copy bandwidth / GEMM rate
   shape_statuses   per shape: profiled, or what the candidate (or the profiler) did instead
@@ -54,7 +55,16 @@ METRICS = {
     "dram__bytes_write.sum": ("dram_write_bytes", "sum"),
     "launch__grid_size": ("grid_size", "max"),
     "launch__block_size": ("block_size", "max"),
+    # Where the SM's time goes when DRAM is not the wall: the schedulers' issue slots, and the pipes a
+    # fused elementwise kernel can saturate (XU: conversions such as F2F.F64.F32 and F2F.BF16.F32, and
+    # transcendentals; FP64: the exact sums of squares; FMA and ALU: the float and integer work).
+    "smsp__issue_active.avg.pct_of_peak_sustained_active": ("issue_active_pct", "weighted"),
+    "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": ("xu_pipe_pct", "weighted"),
+    "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active": ("fp64_pipe_pct", "weighted"),
+    "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active": ("fma_pipe_pct", "weighted"),
+    "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active": ("alu_pipe_pct", "weighted"),
 }
+PIPES = ("xu", "fp64", "fma", "alu")
 # `nsight.analyze.kernel` settings besides metrics, combine_kernel_metrics and output_prefix: one cold
 # call per shape (caches flushed before each replay), the card's clocks left alone (TOOLCHAIN.md), no
 # thermal pauses (NVML's GPU 0 need not be the profiled GPU under CUDA_VISIBLE_DEVICES).
@@ -83,6 +93,11 @@ class KernelProfileRecord:
     sm_throughput_pct: float | None = None  # duration-weighted
     achieved_occupancy_pct: float | None = None  # duration-weighted
     theoretical_occupancy_pct: float | None = None  # duration-weighted
+    issue_active_pct: float | None = None  # duration-weighted: issue slots used, of the SM's active cycles
+    xu_pipe_pct: float | None = None  # duration-weighted pipe utilizations, of the SM's active cycles
+    fp64_pipe_pct: float | None = None
+    fma_pipe_pct: float | None = None
+    alu_pipe_pct: float | None = None
     registers_per_thread: int | None = None  # the most of any kernel
     grid_size: int | None = None  # blocks (threads per block) of the kernel; the largest of any when several
     block_size: int | None = None
@@ -211,7 +226,8 @@ def shape_figures(kernels: list[str], values: dict[str, float | None], compiled:
     return {
         "duration_us": duration_us,
         **{k: values[k] for k in ("dram_throughput_pct", "sm_throughput_pct", "achieved_occupancy_pct",
-                                  "theoretical_occupancy_pct")},
+                                  "theoretical_occupancy_pct", "issue_active_pct",
+                                  *(f"{p}_pipe_pct" for p in PIPES))},
         **ints,
         "spill_bytes": _total(values["local_load_bytes"], values["local_store_bytes"]),
         "triton_spills": int(sum(known)) if known else None,
@@ -261,6 +277,13 @@ def shape_statuses(run: sandbox.ChildRun, labels: list[str], timeout_s: float) -
 
 
 # ---- for reports -------------------------------------------------------------------------------------
+def pipes_cell(r: dict[str, Any]) -> str:
+    """'xu 38 fma 21 ...': the pipes' utilizations, busiest first (records before these metrics: '')."""
+    known = [(p, r.get(f"{p}_pipe_pct")) for p in PIPES]
+    known = sorted(((p, v) for p, v in known if v is not None), key=lambda pv: -pv[1])
+    return " ".join(f"{p} {v:.0f}" for p, v in known)
+
+
 def load_profiles(results_dir: Path | str, task: str) -> tuple[list[KernelProfileRecord], list[str]]:
     """Every kernel profile of a task, plus the reports of skipped (unreadable) lines."""
     return records.read(records.task_results_dir(Path(results_dir), task) / PROFILES_FILE, KernelProfileRecord)
@@ -280,10 +303,13 @@ def kernel_profile_section(rows: list[dict[str, Any]]) -> str:
         "theoretical_occupancy_pct": r.get("theoretical_occupancy_pct"), "registers": r.get("registers_per_thread"),
         "spill_bytes": r.get("spill_bytes"), "ptxas_spills": r.get("triton_spills"),
         "bytes_dram": r.get("dram_bytes"), "bytes_floor": r.get("floor_bytes"),
-        "floor_fraction": r.get("floor_fraction"), "detail": r["detail"][:80],
+        "floor_fraction": r.get("floor_fraction"), "issue_pct": r.get("issue_active_pct"),
+        "pipes_pct": pipes_cell(r), "detail": r["detail"][:80],
     } for r in latest.values()])  # fmt: skip
     first = next(iter(latest.values()))
     return (f"### Nsight Compute ({first['ncu_version']}; {first['ncu_options']})\n\n"
             "DRAM % of peak and occupancy are duration-weighted over a call's kernels; registers: the most of "
-            "any kernel; spill bytes: local-memory traffic; caches flushed before each kernel (cold call).\n\n"
+            "any kernel; spill bytes: local-memory traffic; caches flushed before each kernel (cold call). "
+            "issue %: the schedulers' issue slots used; pipes %: each pipe's utilization, busiest first "
+            "(xu: conversions and transcendentals), both of the SM's active cycles.\n\n"
             + markdown_table(table))  # fmt: skip

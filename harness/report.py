@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.profile_kernel_records import pipes_cell
 from harness.records import EvaluationRecord, PromotionRecord, Status
 from harness.regression import Comparison
 from harness.report_chart import SpeedupPoint, speedup_chart
@@ -229,7 +230,8 @@ def cheat_section(rows: Sequence[EvaluationRecord], checks: Sequence[tuple[str, 
 
 PROFILE_COLUMNS = (("duration_us", "duration us", us), ("dram_throughput_pct", "DRAM % peak", g3),
                    ("achieved_occupancy_pct", "occupancy %", g3), ("registers_per_thread", "registers", str),
-                   ("spill_bytes", "spill bytes", g3), ("floor_fraction", "floor fraction", pct))  # fmt: skip
+                   ("spill_bytes", "spill bytes", g3), ("floor_fraction", "floor fraction", pct),
+                   ("issue_active_pct", "issue %", g3))  # fmt: skip
 
 
 def profile_section(profiles: Sequence[dict[str, Any]], task: str, name: str) -> list[Block]:
@@ -243,11 +245,12 @@ def profile_section(profiles: Sequence[dict[str, Any]], task: str, name: str) ->
     for label, p in latest.items():
         cells = [f"`{label}`", p.get("status", "-"), str(len(p.get("kernels", [])))]
         cells += ["-" if p.get(key) is None else fmt(p[key]) for key, _, fmt in PROFILE_COLUMNS]
-        rows.append(tuple(cells))
+        rows.append((*cells, pipes_cell(p) or "-"))
     first = next(iter(latest.values()))
     return [Para(f"Nsight Compute {first.get('ncu_version', '')} ({first.get('ncu_options', '')}), run "
                  f"`{first.get('run_id', '-')}`."),
-            Table(("shape", "status", "kernels", *(h for _, h, _ in PROFILE_COLUMNS)), tuple(rows))]  # fmt: skip
+            Table(("shape", "status", "kernels", *(h for _, h, _ in PROFILE_COLUMNS), "pipes %, busiest first"),
+                  tuple(rows))]  # fmt: skip
 
 
 def chart_points(t: TaskReview) -> list[SpeedupPoint]:

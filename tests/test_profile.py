@@ -622,8 +622,13 @@ class _Report:
         return self._actions[i]
 
 
-def _kernel(duration, dram_pct, occupancy, regs, local_ld, dram_read, block=128):
+def _kernel(duration, dram_pct, occupancy, regs, local_ld, dram_read, block=128, issue=30.0, xu=5.0):
     return {
+        "smsp__issue_active.avg.pct_of_peak_sustained_active": issue,
+        "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": xu,
+        "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active": 2.0,
+        "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active": 12.0,
+        "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active": 8.0,
         "gpu__time_duration.sum": duration, "dram__throughput.avg.pct_of_peak_sustained_elapsed": dram_pct,
         "sm__throughput.avg.pct_of_peak_sustained_elapsed": 10.0,
         "sm__warps_active.avg.pct_of_peak_sustained_active": occupancy,
@@ -659,7 +664,7 @@ def _profile_through_nsight(monkeypatch, tmp_path, label, kernels, metrics):
 def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeypatch, tmp_path):
     metrics = list(kr.METRICS)
     event = _profile_through_nsight(monkeypatch, tmp_path, "T=1", [
-        ("_fused", _kernel(3000, 20.0, 50.0, 40, 0, 10_000)),
+        ("_fused", _kernel(3000, 20.0, 50.0, 40, 0, 10_000, issue=60.0, xu=40.0)),
         ("_tail", _kernel(1000, 80.0, 25.0, 96, 64, 30_000, block=256)),
     ], metrics)  # fmt: skip
     assert event["kernels"] == ["_fused", "_tail"] and event["report"] is None  # no real ncu wrote one
@@ -668,6 +673,8 @@ def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeyp
     assert v["dram_throughput_pct"] == pytest.approx((20.0 * 3000 + 80.0 * 1000) / 4000)
     assert v["achieved_occupancy_pct"] == pytest.approx((50.0 * 3000 + 25.0 * 1000) / 4000)
     assert v["theoretical_occupancy_pct"] == pytest.approx(50.0)
+    assert v["issue_active_pct"] == pytest.approx((60.0 * 3000 + 30.0 * 1000) / 4000)
+    assert v["xu_pipe_pct"] == pytest.approx((40.0 * 3000 + 5.0 * 1000) / 4000)
     assert v["dram_read_bytes"] == 40_000 and v["local_load_bytes"] == 64
     task = get_task("fuse_norm")
     shape = task.shape("T=1", "cuda")
@@ -682,7 +689,9 @@ def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeyp
         run_id="r", task=task.name, candidate="c", candidate_hash="a" * 64, candidate_path="p", shape_label="T=1",
         shape=dict(shape.params), status="profiled", detail="", kernels=event["kernels"], **fig,
     )  # fmt: skip
-    assert "| c | T=1 | profiled | 2 | 4.0 |" in kr.kernel_profile_section([record.to_dict()])
+    section = kr.kernel_profile_section([record.to_dict()])
+    assert "| c | T=1 | profiled | 2 | 4.0 |" in section
+    assert "| 52.5 | xu 31 fma 12 alu 8 fp64 2 |" in section  # issue %, then the pipes busiest first
     with pytest.raises(ValueError, match="needs its kernels"):
         dataclasses.replace(record, kernels=[])
     with pytest.raises(ValueError, match="non-finite"):
@@ -870,7 +879,9 @@ def test_metrics_unknown_to_this_ncu_are_dropped_not_fatal():
     usable, missing = profile_kernel.usable_metrics(query)
     # the local-store metric's family is listed without it; the launch__ family is not listed at all;
     # theoretical occupancy is not listed either, as on the H200's ncu 2025.3.1, yet collected there
-    assert missing == ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum"]
+    # the pipe metrics' family (sm__) is listed without them: dropped; smsp__ is not listed at all: kept
+    pipes = [m for m in kr.METRICS if m.startswith("sm__") and "pipe" in m]
+    assert len(pipes) == 4 and missing == ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", *pipes]
     assert usable == [m for m in kr.METRICS if m not in missing]
     assert profile_kernel.usable_metrics("") == (list(kr.METRICS), [])  # a failed query: ask for everything
 
