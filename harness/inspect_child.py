@@ -9,8 +9,9 @@ recorded launch is then compiled, for every config its autotuner could choose, w
 `triton.compile` for sm_90a (the H100 / H200), specialized as a launch on the GPU would be (see
 `signature`), and `ptxas -v` reports its registers and spills. What comes out per
 (kernel, config, shape): registers per thread, spilled bytes, shared memory, barriers, the global
-loads and stores by bytes per instruction (16: 128-bit vectors), and the programs per SM that
-registers, shared memory and warps allow (`residency`).
+loads and stores by bytes per instruction (16: 128-bit vectors), the programs per SM that
+registers, shared memory and warps allow (`residency`), and the SASS instruction mix (`sass_mix`:
+how many instructions, and how many of them are conversions, FP64 arithmetic and MUFU).
 
 These are the compiler's figures, not the chip's: they say whether a config spills, how many
 programs an SM can hold and whether loads were vectorized, before any GPU time is spent.
@@ -51,6 +52,13 @@ _GLOBAL_ACCESS = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st)\.global\S*?(?:\.v(\d))
 # Global-to-shared copies (cp.async, and the bulk tensor copies of TMA): loads that skip registers.
 _ASYNC_COPY = re.compile(r"^\s*(?:@!?%p\d+\s+)?cp\.async\.(?:ca|cg|bulk)\S*", re.MULTILINE)
 ASYNC_COPY = "cp.async"
+# A SASS line of `cuobjdump -sass`: /*0970*/  @!UP6 SYNCS.EXCH.64 URZ, ... ; -> its opcode (SYNCS).
+_SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)", re.MULTILINE)
+# Opcode classes that can hold an elementwise kernel on sm_90 when DRAM does not: the type conversions
+# (F2F, F2I, I2F, I2I; Hopper's conversion throughput is low, triton-lang/triton#4563), FP64
+# arithmetic, and MUFU (rsqrt, exp, ...). F2FP, which packs two FP32 into BF16x2 or FP16x2, is not
+# counted as a conversion.
+SASS_CLASSES = {"conversions": ("F2F", "F2I", "I2F", "I2I"), "fp64": ("DADD", "DMUL", "DFMA"), "mufu": ("MUFU",)}
 
 
 @dataclass(frozen=True)
@@ -68,6 +76,7 @@ class Figures:
     programs_per_sm: int
     occupancy_pct: float  # programs_per_sm x warps / 64
     limited_by: str  # registers | shared memory | warps | programs
+    sass: dict[str, int] = field(default_factory=dict)  # sass_mix: static instruction counts
 
 
 def residency(registers: int, warps: int, shared_bytes: int) -> tuple[int, float, str]:
@@ -113,6 +122,17 @@ def memory_instructions(ptx: str) -> tuple[dict[str, int], dict[str, int]]:
     if copies := len(_ASYNC_COPY.findall(ptx)):
         loads[ASYNC_COPY] = copies
     return loads, stores
+
+
+def sass_mix(sass: str) -> dict[str, int]:
+    """Static SASS instruction counts of `cuobjdump -sass` output: every instruction but the NOP
+    padding, and those of each SASS_CLASSES class. Static: a loop body counts once."""
+    opcodes = [op for op in _SASS_OPCODE.findall(sass) if op != "NOP"]
+    if not opcodes:
+        raise ValueError(f"no SASS instructions in cuobjdump's output:\n{sass[-2000:]}")
+    counts = {"instructions": len(opcodes)}
+    counts.update({name: sum(op in ops for op in opcodes) for name, ops in SASS_CLASSES.items()})
+    return counts
 
 
 def signature(fn: Any, args: tuple, kwargs: dict[str, Any], config_kwargs: dict[str, Any]) -> tuple[dict, dict, list]:
@@ -187,11 +207,21 @@ def compile_figures(fn: Any, sig: dict, consts: dict, divisible: list[str], opti
     if out.returncode != 0:
         raise RuntimeError(f"ptxas failed: {out.stderr[-2000:]}")
     counts = ptxas_figures(out.stderr)
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", dir=os.getcwd(), delete=False) as f:
+        f.write(compiled.asm["cubin"])
+    try:
+        dump = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True,
+                              timeout=300)  # fmt: skip
+    finally:
+        os.unlink(f.name)
+    if dump.returncode != 0:
+        raise RuntimeError(f"cuobjdump failed: {dump.stderr[-2000:]}")
     loads, stores = memory_instructions(ptx)
     warps = options.get("num_warps", 4)
     programs, occupancy, binding = residency(counts["registers"], warps, compiled.metadata.shared)
     return Figures(**counts, shared_bytes=compiled.metadata.shared, barriers=ptx.count("bar.sync"), loads=loads,
-                   stores=stores, programs_per_sm=programs, occupancy_pct=occupancy, limited_by=binding)  # fmt: skip
+                   stores=stores, programs_per_sm=programs, occupancy_pct=occupancy, limited_by=binding,
+                   sass=sass_mix(dump.stdout))  # fmt: skip
 
 
 # ---- launches -------------------------------------------------------------------------------------

@@ -6,10 +6,13 @@
 For every kernel the candidate launches on a shape, and every config its autotuner could choose
 (harness/inspect_child.py, in the sandbox: candidate code), the table gives what the compiler made
 of it for sm_90a: registers per thread, spilled bytes, shared memory, barriers, global loads and
-stores by bytes per instruction (16 = 128-bit vectors; 2 = one BF16 at a time), and the programs an
-SM can hold with the binding limit. It is the cheap first look before GPU time: a config that
-spills, loads a BF16 at a time, or fits one program per SM shows here. Nsight Compute on the GPU
-(`harness profile task=... candidate=...`) measures what these figures predict.
+stores by bytes per instruction (16 = 128-bit vectors; 2 = one BF16 at a time), the programs an
+SM can hold with the binding limit, and the SASS instruction mix (static counts: all instructions,
+then the conversions, FP64 arithmetic and MUFU among them). It is the cheap first look before GPU
+time: a config that spills, loads a BF16 at a time, fits one program per SM, or converts every
+element through Hopper's slow conversion path shows here. Nsight Compute on the GPU (`harness
+profile task=... candidate=...`: issue slots and pipe utilizations among its figures) measures what
+these figures predict.
 
 One InspectionRecord per (shape, kernel, config) is appended to results/<task>/inspections.jsonl.
 Exit status: 0 when at least one kernel compiled; 1 for bad input, or when nothing compiled (the
@@ -118,6 +121,14 @@ def _bytes_per_instruction(counts: dict[str, int]) -> str:
     return " ".join([f"{n}x{size}B" for size, n in sized] + other) or "-"
 
 
+def _sass_cell(mix: dict[str, int] | None) -> str:
+    """'2073 (231 / 203 / 14)': static SASS instructions, then conversions, FP64 and MUFU among them
+    (records from before the SASS mix was counted: '-')."""
+    if not mix:
+        return "-"
+    return f"{mix['instructions']} ({mix['conversions']} / {mix['fp64']} / {mix['mufu']})"
+
+
 def table(records: list[InspectionRecord]) -> str:
     """One row per (kernel, config, figures), its shapes joined; then whatever did not compile."""
     rows: dict[tuple, list[str]] = {}
@@ -127,10 +138,10 @@ def table(records: list[InspectionRecord]) -> str:
             key = (r.kernel, r.config, str(f["registers"]), f"{f['spill_store_bytes']}/{f['spill_load_bytes']}",
                    str(f["shared_bytes"]), str(f["barriers"]), _bytes_per_instruction(f["loads"]),
                    _bytes_per_instruction(f["stores"]), f"{f['programs_per_sm']} ({f['limited_by']})",
-                   f"{f['occupancy_pct']:.1f}")  # fmt: skip
+                   f"{f['occupancy_pct']:.1f}", _sass_cell(f.get("sass")))  # fmt: skip
             rows.setdefault(key, []).append(r.shape_label)
     header = ("kernel", "config", "shapes", "registers", "spill st/ld B", "shared B", "barriers", "global loads",
-              "global stores", "programs/SM (limit)", "occupancy %")  # fmt: skip
+              "global stores", "programs/SM (limit)", "occupancy %", "SASS: all (cvt / fp64 / mufu)")  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, shapes in rows.items():
         lines.append("| " + " | ".join([key[0], key[1], ", ".join(shapes), *key[2:]]) + " |")

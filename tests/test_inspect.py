@@ -44,6 +44,26 @@ def test_ptxas_and_ptx_figures_are_read_exactly():
     assert inspect_child.memory_instructions(ptx) == ({"16": 2, "2": 1, "cp.async": 1}, {"8": 1})
 
 
+def test_the_sass_mix_counts_conversions_fp64_and_mufu_and_skips_the_padding():
+    sass = (
+        "        Function : _k\n"
+        "        /*0000*/                   LDC R1, c[0x0][0x28] ;                 /* 0x00000a00ff017b82 */\n"
+        "        /*0970*/                   @!UP6 SYNCS.EXCH.64 URZ, [UR40+0x4220], UR8 ;  /* 0x0042 */\n"
+        "        /*0a00*/                   F2F.F64.F32 R4, R2 ;                    /* 0x0000 */\n"
+        "        /*0a10*/               @P1 F2F.BF16.F32 R6, R3 ;                   /* 0x0000 */\n"
+        "        /*0a20*/                   F2FP.BF16.F32.PACK_AB R7, R3, R2 ;      /* 0x0000 */\n"
+        "        /*0a30*/                   DADD R8, R8, R4 ;                       /* 0x0000 */\n"
+        "        /*0a40*/                   DFMA R8, R4, R4, R8 ;                   /* 0x0000 */\n"
+        "        /*0a50*/                   MUFU.RSQ R9, R9 ;                       /* 0x0000 */\n"
+        "        /*0a60*/                   EXIT ;                                  /* 0x0000 */\n"
+        "        /*0a70*/                   BRA 0xa70;                              /* 0x0000 */\n"
+        "        /*0a80*/                   NOP;                                    /* 0x0000 */\n"
+    )
+    assert inspect_child.sass_mix(sass) == {"instructions": 10, "conversions": 2, "fp64": 2, "mufu": 1}
+    with pytest.raises(ValueError, match="no SASS"):
+        inspect_child.sass_mix("cuobjdump info    : File 'k.cubin' does not contain device code")
+
+
 def test_launch_arguments_are_specialized_as_on_the_gpu():
     import torch
     import triton.language as tl
@@ -98,6 +118,8 @@ def test_inspect_compiles_every_config_of_a_real_candidate_for_the_h200(tmp_path
     four = by_config["warps=4, stages=3"]
     assert four["loads"]["16"] > 0 and set(four["stores"]) == {"16"}  # 128-bit vectors: the strides were specialized
     assert four["programs_per_sm"] == 4 and four["limited_by"] == "registers"
+    # the SASS of Triton's own cubin: two exact FP64 row sums, so FP64 adds and F2F.F64.F32 conversions
+    assert four["sass"]["instructions"] > 100 and four["sass"]["fp64"] > 0 and four["sass"]["conversions"] > 0
     assert "| _fuse_norm_kernel | warps=4, stages=3 | T=1 |" in result.stdout
     assert records[0].candidate_hash and records[0].environment["triton"]
 
