@@ -38,6 +38,14 @@ Measured on the H200 (twelfth session; results/README.md; `harness run task=qk_n
   In that call the harness's event windows read both kernels above the sweep's graph replays (the ring's
   pick by 9.6 us, head_groups by 6.0); in the call before they agreed within 2.8 us for both.
   Not promoted: on global layers it is no faster than head_groups or torch.compile.
+Why the ring stops at 82-88% of the floor (the gap to the goal): Nsight Compute puts the pick at 74.5%
+  of DRAM peak with 8 warps per SM; its SASS (`harness inspect`) has 2725 instructions, 231 of them
+  conversions, 217 FP64 and 15 MUFU. Per warp and token the loop issues 2073 instructions, among them
+  112 F2F.F64.F32 (the exact sums of squares) and 112 F2F.BF16.F32 (rounding point 1): one of each per
+  element a thread holds, through Hopper's slow conversion path (triton-lang/triton#4563). With 2
+  warps per scheduler little of that hides behind the loads. Not yet measured: how busy the issue
+  slots and the XU and FP64 pipes are (`harness profile` records them from now on), and rounding
+  point 1 as packed conversions (F2FP, two elements per instruction, as the outputs already are).
   (Measured at 3498a69; since then only these notes and 64-bit offsets for the plain loads and the
   stores, which overflowed 32 bits past 2^31 elements, T > 349K Beam tokens.)
 
