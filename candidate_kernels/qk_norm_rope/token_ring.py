@@ -19,7 +19,8 @@ Two ways to cut the work (SPLIT, autotuned):
                head_groups; at T = 16384 each part has a ring of its own. PROGRAMS_PER_SM = 0 gives
                each token its own lane: head_groups' grid of T x 4 programs.
 RING = False is the same loop with plain loads and no pipelining (few tokens, or inputs TMA cannot
-read: unaligned bases or strides, a non-unit stride along Dh, Dh/2 not a power of two).
+read: unaligned bases or strides, a non-unit stride along Dh, Dh/2 not a power of two). PACKED rounds
+the norm's output (rounding point 1) two elements per conversion instruction (see below).
 
 Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row 512 B or 4 B):
   T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
@@ -44,10 +45,13 @@ Why the ring stops at 82-88% of the floor (the gap to the goal): Nsight Compute 
   112 F2F.F64.F32 (the exact sums of squares) and 112 F2F.BF16.F32 (rounding point 1): one of each per
   element a thread holds, through Hopper's slow conversion path (triton-lang/triton#4563). With 2
   warps per scheduler little of that hides behind the loads. Not yet measured: how busy the issue
-  slots and the XU and FP64 pipes are (`harness profile` records them from now on), and rounding
-  point 1 as packed conversions (F2FP, two elements per instruction, as the outputs already are).
-  (Measured at 3498a69; since then only these notes and 64-bit offsets for the plain loads and the
-  stores, which overflowed 32 bits past 2^31 elements, T > 349K Beam tokens.)
+  slots and the XU and FP64 pipes are (`harness profile` records them from now on), and the PACKED
+  configs: rounding point 1 as packed conversions (cvt.rn.bf16x2.f32, F2FP in SASS: two elements per
+  instruction, as Triton already converts the outputs), which take the pick's conversions from 231
+  to 119 for 37 more instructions (`harness inspect`). The same rounding, so the same bits; the
+  interpreter has no PTX and rounds them one by one, so only a GPU run checks the packed path.
+  (Measured at 3498a69. Since then: these notes; 64-bit offsets for the plain loads and the stores,
+  which overflowed 32 bits past 2^31 elements, T > 349K Beam tokens; the PACKED configs below.)
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3): head_groups.py's, bit for bit:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1
@@ -96,12 +100,25 @@ if _INTERPRET:
     def _rsqrt(x):
         return tl.rsqrt(x)
 
+    @triton.jit
+    def _to_bf16_in_pairs(x):
+        return x.to(tl.bfloat16)  # the interpreter runs no PTX; the same rounding
+
 else:
     from triton.language.extra import libdevice
 
     @triton.jit
     def _rsqrt(x):
         return libdevice.rsqrt(x)
+
+    @triton.jit
+    def _to_bf16_in_pairs(x):
+        """x rounded to BF16 (to nearest even, as x.to(tl.bfloat16)) two elements per instruction:
+        cvt.rn.bf16x2.f32 puts its first source in the upper half, so element 0 ($1) goes second, as
+        in Triton's own lowering of the stores' conversions."""
+        return tl.inline_asm_elementwise(
+            "cvt.rn.bf16x2.f32 $0, $2, $1;", "=r,r,r", [x], dtype=tl.bfloat16, is_pure=True, pack=2
+        )
 
 
 # On the CPU there are no SMs; two "SMs" give the CPU shapes (T = 1..5) loops of several tokens per
@@ -113,28 +130,34 @@ MAX_GROUP_HEADS = 16
 
 def _configs() -> list[triton.Config]:
     if _INTERPRET:
-        return [triton.Config({"PROGRAMS_PER_SM": 1, "STAGES": 3, "RING": True, "SPLIT": False}, num_warps=4)]
-    # (split, ring, programs per SM, stages, warps); 0 programs per SM: one lane per token, head_groups'
-    # grid. Few tokens and global layers: split, without the ring (head_groups' 16-head groups; 2 or 4
-    # warps were its picks). Sliding T = 16384: whole tokens in a ring of 2-3 stages, 2-4 programs per SM
-    # (graph replays, call 3 of the twelfth session: 4 programs of 2 warps with 2 stages 157.7 us, the
-    # other rings here 162.0-199.8; in call 2, 4-stage rings, 8 warps and split rings ran 170-186 us).
+        return [triton.Config({"PROGRAMS_PER_SM": 1, "STAGES": 3, "RING": True, "SPLIT": False, "PACKED": False},
+                              num_warps=4)]  # fmt: skip
+    # (split, ring, programs per SM, stages, warps, packed); 0 programs per SM: one lane per token,
+    # head_groups' grid. Few tokens and global layers: split, without the ring (head_groups' 16-head
+    # groups; 2 or 4 warps were its picks). Sliding T = 16384: whole tokens in a ring of 2-3 stages, 2-4
+    # programs per SM (graph replays, call 3 of the twelfth session: 4 programs of 2 warps with 2 stages
+    # 157.7 us, the other rings here 162.0-199.8; in call 2, 4-stage rings, 8 warps and split rings ran
+    # 170-186 us). Packed: the leaders again with rounding point 1 in packed conversions (added after
+    # those calls, from their SASS: not yet run on a GPU).
     shapes = (
-        (True, False, 0, 1, 2),
-        (True, False, 0, 1, 4),
-        (True, False, 16, 1, 2),
-        (True, True, 8, 6, 4),
-        (False, True, 2, 2, 4),
-        (False, True, 2, 3, 4),
-        (False, True, 3, 2, 4),
-        (False, True, 3, 3, 4),
-        (False, True, 4, 2, 2),
-        (False, True, 4, 3, 2),
-        (False, True, 2, 4, 4),
+        (True, False, 0, 1, 2, False),
+        (True, False, 0, 1, 4, False),
+        (True, False, 16, 1, 2, False),
+        (True, True, 8, 6, 4, False),
+        (False, True, 2, 2, 4, False),
+        (False, True, 2, 3, 4, False),
+        (False, True, 3, 2, 4, False),
+        (False, True, 3, 3, 4, False),
+        (False, True, 4, 2, 2, False),
+        (False, True, 4, 3, 2, False),
+        (False, True, 2, 4, 4, False),
+        (True, False, 0, 1, 2, True),
+        (False, True, 4, 2, 2, True),
+        (False, True, 2, 3, 4, True),
     )
     return [
-        triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": r, "SPLIT": split}, num_warps=w)
-        for split, r, p, s, w in shapes
+        triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": r, "SPLIT": split, "PACKED": packed}, num_warps=w)
+        for split, r, p, s, w, packed in shapes
     ]
 
 
@@ -227,17 +250,22 @@ def _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p
 
 @triton.jit
 def _norm_and_position(x1, x2, w1, w2, cos, sin, scale, eps, HALF: tl.constexpr, IS_ROPE: tl.constexpr,
-                       SCALE: tl.constexpr):  # fmt: skip
+                       SCALE: tl.constexpr, PACKED: tl.constexpr):  # fmt: skip
     """One tile of heads given as their halves (any float dtype): RMSNorm per head (rounding point
-    1), then RoPE, the SSMax scale (SCALE) or nothing (rounding point 2). Returns the BF16 halves."""
+    1), then RoPE, the SSMax scale (SCALE) or nothing (rounding point 2). Returns the BF16 halves.
+    PACKED: rounding point 1 in packed conversions (_to_bf16_in_pairs), the same bits."""
     x1 = x1.to(tl.float32)
     x2 = x2.to(tl.float32)
     # Masked lanes hold 0 and add nothing. mean(x^2) from the EXACT sum of squares (BF16 squares are
     # exact in FP32, their sum exact in FP64): the correctly rounded FP32 mean, in any order.
     sum_sq = tl.sum((x1 * x1).to(tl.float64), axis=1) + tl.sum((x2 * x2).to(tl.float64), axis=1)
     inv_rms = _rsqrt((sum_sq / (2 * HALF)).to(tl.float32) + eps)[:, None]
-    n1 = (x1 * inv_rms * w1[None, :]).to(tl.bfloat16)
-    n2 = (x2 * inv_rms * w2[None, :]).to(tl.bfloat16)
+    if PACKED:
+        n1 = _to_bf16_in_pairs(x1 * inv_rms * w1[None, :])
+        n2 = _to_bf16_in_pairs(x2 * inv_rms * w2[None, :])
+    else:
+        n1 = (x1 * inv_rms * w1[None, :]).to(tl.bfloat16)
+        n2 = (x2 * inv_rms * w2[None, :]).to(tl.bfloat16)
     if IS_ROPE:
         a = n1.to(tl.float32)
         b = n2.to(tl.float32)
@@ -252,9 +280,10 @@ def _norm_and_position(x1, x2, w1, w2, cos, sin, scale, eps, HALF: tl.constexpr,
 
 @triton.jit
 def _query_group(q1, q2, q_out_ptr, token, head0, w1, w2, cos, sin, scale, d, d_mask, eps, N_Q_HEADS: tl.constexpr,
-                 HEAD_DIM: tl.constexpr, HALF: tl.constexpr, Q_HEADS: tl.constexpr, IS_ROPE: tl.constexpr):  # fmt: skip
+                 HEAD_DIM: tl.constexpr, HALF: tl.constexpr, Q_HEADS: tl.constexpr, IS_ROPE: tl.constexpr,
+                 PACKED: tl.constexpr):  # fmt: skip
     """Loaded query heads head0 .. head0 + Q_HEADS - 1 of one token -> q'."""
-    o1, o2 = _norm_and_position(q1, q2, w1, w2, cos, sin, scale, eps, HALF, IS_ROPE, True)
+    o1, o2 = _norm_and_position(q1, q2, w1, w2, cos, sin, scale, eps, HALF, IS_ROPE, True, PACKED)
     out = q_out_ptr + (tl.cast(token, tl.int64) * N_Q_HEADS + head0 + tl.arange(0, Q_HEADS))[:, None] * HEAD_DIM
     mask = d_mask[None, :]
     tl.store(out + d[None, :], o1, mask=mask)
@@ -265,14 +294,14 @@ def _query_group(q1, q2, q_out_ptr, token, head0, w1, w2, cos, sin, scale, d, d_
 def _key_value_group(k1, k2, v1, v2, slot, k_cache_ptr, v_cache_ptr, k_out_ptr, token, head0, w1, w2, cos, sin, d,
                      d_mask, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d, eps,
                      N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF: tl.constexpr, K_HEADS: tl.constexpr,
-                     IS_ROPE: tl.constexpr):  # fmt: skip
+                     IS_ROPE: tl.constexpr, PACKED: tl.constexpr):  # fmt: skip
     """Loaded key and value heads head0 .. head0 + K_HEADS - 1 of one token -> k', then k' and v into the
     cache row `slot` (slot -1: a token the cache does not keep; its writes are skipped)."""
     heads = (head0 + tl.arange(0, K_HEADS))[:, None]
     mask = d_mask[None, :]
     keep = mask & (slot >= 0)
     # Keys are rotated on sliding layers and never scaled (SSMax scales queries only).
-    o1, o2 = _norm_and_position(k1, k2, w1, w2, cos, sin, 1.0, eps, HALF, IS_ROPE, False)
+    o1, o2 = _norm_and_position(k1, k2, w1, w2, cos, sin, 1.0, eps, HALF, IS_ROPE, False, PACKED)
     out = k_out_ptr + (tl.cast(token, tl.int64) * N_KV_HEADS + heads) * HEAD_DIM
     tl.store(out + d[None, :], o1, mask=mask)
     tl.store(out + HALF + d[None, :], o2, mask=mask)
@@ -345,6 +374,7 @@ def _qk_norm_rope_ring_kernel(
     STAGES: tl.constexpr,  # the ring's depth: STAGES - 1 tokens in flight per program
     RING: tl.constexpr,
     SPLIT: tl.constexpr,
+    PACKED: tl.constexpr,  # rounding point 1 in packed conversions (_norm_and_position)
 ):
     HALF: tl.constexpr = HEAD_DIM // 2
     N_Q_GROUPS: tl.constexpr = N_Q_HEADS // Q_HEADS
@@ -376,7 +406,7 @@ def _qk_norm_rope_ring_kernel(
                 cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
                                             stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
                 _query_group(q1, q2, q_out_ptr, token, part * Q_HEADS, qw1, qw2, cos, sin, scale, d, d_mask, eps,
-                             N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE)  # fmt: skip
+                             N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE, PACKED)  # fmt: skip
         else:
             for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
                 slot = tl.load(slot_ptr + token).to(tl.int64)
@@ -390,7 +420,7 @@ def _qk_norm_rope_ring_kernel(
                     _key_value_group(k1, k2, v1, v2, slot, k_cache_ptr, v_cache_ptr, k_out_ptr, token, group * K_HEADS,
                                      kw1, kw2, cos, sin, d, d_mask, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s,
                                      stride_vc_h, stride_vc_d, eps, N_KV_HEADS, HEAD_DIM, HALF, K_HEADS,
-                                     IS_ROPE)  # fmt: skip
+                                     IS_ROPE, PACKED)  # fmt: skip
     else:
         for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
             cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
@@ -399,7 +429,7 @@ def _qk_norm_rope_ring_kernel(
                 q1, q2 = _head_halves(q_desc, q_ptr, token, group * Q_HEADS, d, d_mask, stride_q_t, stride_q_h,
                                       stride_q_d, HALF, Q_HEADS, USE_TMA)  # fmt: skip
                 _query_group(q1, q2, q_out_ptr, token, group * Q_HEADS, qw1, qw2, cos, sin, scale, d, d_mask, eps,
-                             N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE)  # fmt: skip
+                             N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE, PACKED)  # fmt: skip
             slot = tl.load(slot_ptr + token).to(tl.int64)
             for group in tl.static_range(N_KV_GROUPS):
                 k1, k2 = _head_halves(k_desc, k_ptr, token, group * K_HEADS, d, d_mask, stride_k_t, stride_k_h,
@@ -409,7 +439,7 @@ def _qk_norm_rope_ring_kernel(
                 _key_value_group(k1, k2, v1, v2, slot, k_cache_ptr, v_cache_ptr, k_out_ptr, token, group * K_HEADS,
                                  kw1, kw2, cos, sin, d, d_mask, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s,
                                  stride_vc_h, stride_vc_d, eps, N_KV_HEADS, HEAD_DIM, HALF, K_HEADS,
-                                 IS_ROPE)  # fmt: skip
+                                 IS_ROPE, PACKED)  # fmt: skip
 
 
 def _tma_ok(half: int, *tensors: torch.Tensor) -> bool:
