@@ -122,7 +122,7 @@ def _bytes_per_instruction(counts: dict[str, int]) -> str:
 
 
 def _sass_cell(mix: dict[str, int] | None) -> str:
-    """'2073 (231 / 203 / 14)': static SASS instructions, then conversions, FP64 and MUFU among them
+    """'2725 (231 / 217 / 15)': static SASS instructions, then conversions, FP64 and MUFU among them
     (records from before the SASS mix was counted: '-')."""
     if not mix:
         return "-"

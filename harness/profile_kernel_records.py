@@ -56,8 +56,8 @@ METRICS = {
     "launch__grid_size": ("grid_size", "max"),
     "launch__block_size": ("block_size", "max"),
     # Where the SM's time goes when DRAM is not the wall: the schedulers' issue slots, and the pipes a
-    # fused elementwise kernel can saturate (XU: conversions such as F2F.F64.F32 and F2F.BF16.F32, and
-    # transcendentals; FP64: the exact sums of squares; FMA and ALU: the float and integer work).
+    # fused elementwise kernel can saturate (XU: type conversions and transcendentals; FP64: double
+    # precision, such as the exact FP64 sums of squares; FMA and ALU: the float and integer work).
     "smsp__issue_active.avg.pct_of_peak_sustained_active": ("issue_active_pct", "weighted"),
     "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": ("xu_pipe_pct", "weighted"),
     "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active": ("fp64_pipe_pct", "weighted"),
