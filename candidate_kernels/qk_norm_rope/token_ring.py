@@ -51,7 +51,8 @@ Why the ring stops at 82-88% of the floor (the gap to the goal): Nsight Compute 
   to 119 for 37 more instructions (`harness inspect`). The same rounding, so the same bits; the
   interpreter has no PTX and rounds them one by one, so only a GPU run checks the packed path.
   (Measured at 3498a69. Since then: these notes; 64-bit offsets for the plain loads and the stores,
-  which overflowed 32 bits past 2^31 elements, T > 349K Beam tokens; the PACKED configs below.)
+  which overflowed 32 bits past 2^31 elements, T > 349K Beam tokens; the PACKED configs below; each
+  part reads only its own norm weight, kept in L1 (evict_last) as head_groups does.)
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3): head_groups.py's, bit for bit:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1
@@ -227,6 +228,14 @@ def _head_halves(desc, ptr, token, head0, d, d_mask, stride_t, stride_h, stride_
 
 
 @triton.jit
+def _weight_halves(w_ptr, d, d_mask, HALF: tl.constexpr):
+    """A norm weight's two halves in FP32. Every program of an SM reads them: evict_last keeps them in L1."""
+    w1 = tl.load(w_ptr + d, mask=d_mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    w2 = tl.load(w_ptr + HALF + d, mask=d_mask, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    return w1, w2
+
+
+@triton.jit
 def _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p, stride_cs_d,
               HALF: tl.constexpr, IS_ROPE: tl.constexpr, RING: tl.constexpr):  # fmt: skip
     """The token's position data: its cos and sin halves (sliding) or its SSMax scale (global)."""
@@ -384,12 +393,6 @@ def _qk_norm_rope_ring_kernel(
     d = tl.arange(0, HALF_BLOCK)
     d_mask = d < HALF
 
-    # The norm weights, once per program; they stay in registers for every token it handles.
-    qw1 = tl.load(q_w_ptr + d, mask=d_mask, other=0.0).to(tl.float32)
-    qw2 = tl.load(q_w_ptr + HALF + d, mask=d_mask, other=0.0).to(tl.float32)
-    kw1 = tl.load(k_w_ptr + d, mask=d_mask, other=0.0).to(tl.float32)
-    kw2 = tl.load(k_w_ptr + HALF + d, mask=d_mask, other=0.0).to(tl.float32)
-
     # A lane is PARTS programs side by side (token-major); lanes stride over the tokens. Each branch is
     # one loop whose TMA loads Triton's pipeliner issues STAGES - 1 tokens ahead. Without the ring, a
     # part loads its heads before its position, so that they are in flight while the position and its
@@ -398,8 +401,10 @@ def _qk_norm_rope_ring_kernel(
     part = pid % PARTS
     lane = pid // PARTS
     n_lanes = tl.num_programs(0) // PARTS
+    # Each branch reads the norm weights it uses once; they stay in registers for all its tokens.
     if SPLIT:
         if part < N_Q_GROUPS:
+            qw1, qw2 = _weight_halves(q_w_ptr, d, d_mask, HALF)
             for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
                 q1, q2 = _head_halves(q_desc, q_ptr, token, part * Q_HEADS, d, d_mask, stride_q_t, stride_q_h,
                                       stride_q_d, HALF, Q_HEADS, USE_TMA)  # fmt: skip
@@ -408,6 +413,7 @@ def _qk_norm_rope_ring_kernel(
                 _query_group(q1, q2, q_out_ptr, token, part * Q_HEADS, qw1, qw2, cos, sin, scale, d, d_mask, eps,
                              N_Q_HEADS, HEAD_DIM, HALF, Q_HEADS, IS_ROPE, PACKED)  # fmt: skip
         else:
+            kw1, kw2 = _weight_halves(k_w_ptr, d, d_mask, HALF)
             for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
                 slot = tl.load(slot_ptr + token).to(tl.int64)
                 for group in tl.static_range(N_KV_GROUPS):  # one group for Beam (8 kv heads)
@@ -422,6 +428,8 @@ def _qk_norm_rope_ring_kernel(
                                      stride_vc_h, stride_vc_d, eps, N_KV_HEADS, HEAD_DIM, HALF, K_HEADS,
                                      IS_ROPE, PACKED)  # fmt: skip
     else:
+        qw1, qw2 = _weight_halves(q_w_ptr, d, d_mask, HALF)
+        kw1, kw2 = _weight_halves(k_w_ptr, d, d_mask, HALF)
         for token in tl.range(lane, n_tokens, n_lanes, num_stages=STAGES):
             cos, sin, scale = _position(cs_desc, cs_ptr, ssmax_ptr, pos_ptr, token, d, d_mask, stride_cs_p,
                                         stride_cs_d, HALF, IS_ROPE, USE_TMA)  # fmt: skip
