@@ -187,6 +187,21 @@ def _triton_dtype(dtype: Any) -> str:
     return names[dtype]
 
 
+def _run_on(artifact: str | bytes, suffix: str, tool: str, *flags: str) -> subprocess.CompletedProcess:
+    """Run a CUDA tool (ptxas, cuobjdump) on a compiled artifact written to a scratch file: its output,
+    or RuntimeError with its error output when it fails."""
+    mode = "wb" if isinstance(artifact, bytes) else "w"
+    with tempfile.NamedTemporaryFile(mode, suffix=suffix, dir=os.getcwd(), delete=False) as f:
+        f.write(artifact)
+    try:
+        out = subprocess.run([tool, *flags, f.name], capture_output=True, text=True, timeout=300)
+    finally:
+        os.unlink(f.name)
+    if out.returncode != 0:
+        raise RuntimeError(f"{os.path.basename(tool)} failed: {out.stderr[-2000:]}")
+    return out
+
+
 def compile_figures(fn: Any, sig: dict, consts: dict, divisible: list[str], options: dict[str, Any]) -> Figures:
     import triton
     from triton import knobs
@@ -197,31 +212,15 @@ def compile_figures(fn: Any, sig: dict, consts: dict, divisible: list[str], opti
     source = triton.compiler.ASTSource(fn=fn, signature=sig, constexprs=consts, attrs=attrs)
     compiled = triton.compile(source, target=GPUTarget("cuda", CAPABILITY, 32), options=options)
     ptx = compiled.asm["ptx"]
-    with tempfile.NamedTemporaryFile("w", suffix=".ptx", dir=os.getcwd(), delete=False) as f:
-        f.write(ptx)
-    try:
-        out = subprocess.run([knobs.nvidia.ptxas.path, "-v", f"--gpu-name={ARCH}", f.name, "-o", os.devnull],
-                             capture_output=True, text=True, timeout=300)  # fmt: skip
-    finally:
-        os.unlink(f.name)
-    if out.returncode != 0:
-        raise RuntimeError(f"ptxas failed: {out.stderr[-2000:]}")
-    counts = ptxas_figures(out.stderr)
-    with tempfile.NamedTemporaryFile("wb", suffix=".cubin", dir=os.getcwd(), delete=False) as f:
-        f.write(compiled.asm["cubin"])
-    try:
-        dump = subprocess.run([knobs.nvidia.cuobjdump.path, "-sass", f.name], capture_output=True, text=True,
-                              timeout=300)  # fmt: skip
-    finally:
-        os.unlink(f.name)
-    if dump.returncode != 0:
-        raise RuntimeError(f"cuobjdump failed: {dump.stderr[-2000:]}")
+    counts = ptxas_figures(_run_on(ptx, ".ptx", knobs.nvidia.ptxas.path, "-v", f"--gpu-name={ARCH}", "-o",
+                                   os.devnull).stderr)  # fmt: skip
+    sass = _run_on(compiled.asm["cubin"], ".cubin", knobs.nvidia.cuobjdump.path, "-sass").stdout
     loads, stores = memory_instructions(ptx)
     warps = options.get("num_warps", 4)
     programs, occupancy, binding = residency(counts["registers"], warps, compiled.metadata.shared)
     return Figures(**counts, shared_bytes=compiled.metadata.shared, barriers=ptx.count("bar.sync"), loads=loads,
                    stores=stores, programs_per_sm=programs, occupancy_pct=occupancy, limited_by=binding,
-                   sass=sass_mix(dump.stdout))  # fmt: skip
+                   sass=sass_mix(sass))  # fmt: skip
 
 
 # ---- launches -------------------------------------------------------------------------------------
