@@ -42,24 +42,35 @@ def test_every_candidate_passes_parity(task_name, tmp_path):
             assert r.configs_checked or r.configs_unchecked, (r.implementation, r.shape_label)
 
 
+def _gpu_configs(task, path, tmp_path) -> list[dict]:
+    """The kwargs of every config the candidate file's GPU autotuners may choose, as the runner lists them."""
+    settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), cache_dir=str(tmp_path))
+    ev = runner._Evaluation(task, [candidates.load(path, task.name, task.op_name)], settings)
+    return [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
+
+
+def _load_module(path):
+    """A candidate file imported on its own (under the interpreter, as the tests run)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"{path.stem}_under_test", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 # ---- router_gemm: its interpreter launcher passes the config itself, which the runner cannot force -------
 def test_router_gemm_computes_the_task_function_with_every_gpu_config(tmp_path):
     """The runner records its GPU configs as unchecked (its interpreter kernel is no autotuner); here
     each one it lists goes through the launcher's own hook for the interpreter's config instead."""
-    import importlib.util
-
     import torch
 
     from harness import interpreter_patches, parity
 
     task = TASKS["router_gemm"]
     path = REPO_ROOT / "candidate_kernels" / "router_gemm" / "splitk_bf16x3.py"
-    settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), cache_dir=str(tmp_path))
-    ev = runner._Evaluation(task, [candidates.load(path, task.name, task.op_name)], settings)
-    gpu_configs = [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
-    spec = importlib.util.spec_from_file_location("router_gemm_under_test", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    gpu_configs = _gpu_configs(task, path, tmp_path)
+    module = _load_module(path)
     interpreter_patches.apply()
     shipped, failures = module._interpreter_config, []
     try:
@@ -116,22 +127,14 @@ def test_token_ring_matches_head_groups_where_tma_cannot_read(tmp_path):
     """token_ring's ring reads TMA tiles; inputs TMA cannot read (Dh/2 not a power of two, a misaligned
     base) take its plain loads. With every GPU config forced, both paths, odd head counts (groups of 2
     and 1 heads), strided k/v views and discarded tokens give head_groups' outputs and caches bit for bit."""
-    import importlib.util
-
     import torch
 
     from harness import interpreter_patches
 
     task = TASKS["qk_norm_rope"]
     folder = REPO_ROOT / "candidate_kernels" / "qk_norm_rope"
-    settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), cache_dir=str(tmp_path))
-    ev = runner._Evaluation(task, [candidates.load(folder / "token_ring.py", task.name, task.op_name)], settings)
-    gpu_configs = [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
-    modules = {}
-    for name in ("token_ring", "head_groups"):
-        spec = importlib.util.spec_from_file_location(f"{name}_under_test", folder / f"{name}.py")
-        modules[name] = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(modules[name])
+    gpu_configs = _gpu_configs(task, folder / "token_ring.py", tmp_path)
+    modules = {name: _load_module(folder / f"{name}.py") for name in ("token_ring", "head_groups")}
     interpreter_patches.apply()
     ring = modules["token_ring"]
     autotuned = ring._qk_norm_rope_ring_kernel
