@@ -8,12 +8,12 @@ so that clock and thermal drift hit them alike and their ratio means something.
 - Inputs rotate: ROTATIONS distinct input sets (from distinct seeds), enough to cover
   `l2_cover` x the L2 cache when they are small, so a call does not find its inputs L2-hot from
   the previous call (small decode activations stay L2-hot, as they are in a real decode step).
-- Every timed window holds at least `window_us` of GPU work, sized from the last warm-up window:
-  it ends with a host synchronization before its end event (below), a few us that vary, which a
-  short window spreads over few calls. On the H200, windows of three ~20 us calls (T=1000) timed
-  one flashinfer top-k at 17.0, 26.7 and 33.5 us in three children of one moe_route run, and
-  fuse_norm/persistent_prefetch at 23.66 us (p20-p80 21.9-25.4), then 13.93 us (13.8-14.2) with
-  2 ms windows and the reading sweep below.
+- Every timed window holds at least `window_us` of GPU work, sized from the last warm-up window,
+  so that what a window cannot help timing (the GPU's start after the hold, the end event) is
+  spread over many calls. On the H200, windows of three ~20 us calls (T=1000), which then ended
+  with a host synchronization, timed one flashinfer top-k at 17.0, 26.7 and 33.5 us in three
+  children of one moe_route run, and fuse_norm/persistent_prefetch at 23.66 us (p20-p80
+  21.9-25.4), then 13.93 us (13.8-14.2) with 2 ms windows and the reading sweep below.
 - Decode-size shapes (T <= decode_max_tokens): `graph_calls` calls, each on the next input set,
   captured in one CUDA graph; a timed window replays it back to back (up to `graph_replays_max`
   times); per-call time = window / calls. Graph replay removes the Python/launch overhead that
@@ -34,8 +34,17 @@ so that clock and thermal drift hit them alike and their ratio means something.
   178 us, cold), while its graph replays, which time no launch, were no slower in the child (T=1
   3.60 against 3.94 us, T=64 5.28 against 5.17): the child's slower launches were inside the
   windows (inferred from these figures, not profiled).
-- Every window ends with a device-wide synchronization BEFORE its end event, so work left on a
-  side stream is inside the window; its fixed cost (a few us) is amortized over the calls.
+- A window ends with its end event, recorded on the stream right after the last call (or replay).
+  Work that a call left on another stream is then caught by the host: it times a device-wide
+  synchronization after the end event, and when that takes more than OUTLAST_SLACK_US (an idle
+  device answers in a few us), the window is timed to an event recorded after it instead, and the
+  timing's note says how many windows were (parity's `async_work` check catches the same trick
+  on outputs). Until the thirteenth session every window synchronized the device BEFORE its end
+  event: in one plain process on the H200 (4656e9e, results/gpu_logs/2026-12-02-session13c),
+  that read each implementation 4.6-9.1 us per call above the same windows closed by the end
+  event, 69-103 us per 2 ms window (qk_norm_rope global T=16384: head_groups 151.4 against
+  145.3 us, torch copies of q, k and v 139.7 against 135.1; fuse_norm T=16384: tma_ring 178.9
+  against 171.4, graph replays 171.4), about 4% of every event- and graph-timed figure before.
 - Warm-up windows first (compilation, autotuning, allocator), then `samples` windows per
   implementation (fewer if a window is slow: `max_seconds` bounds each implementation per shape).
   Summary: p20 / p50 / p80 of the per-call times; (p80 - p20) / p50 is the noise band.
@@ -71,6 +80,9 @@ _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
 _spin = torch.cuda._sleep  # a one-thread kernel that spins for a number of GPU clock cycles
+# An event window's device synchronization after its end event takes a few us of host time when the
+# device is idle; longer means work outlasted the end event (_closing_event).
+OUTLAST_SLACK_US = 50.0
 
 
 # BenchSettings fields that count something: each must be >= 1
@@ -224,17 +236,20 @@ def _units_to_fill(window_us: float, unit_us: float, least: int, most: int) -> i
 
 
 def _replay_timer(name: str, replay: Callable[[], None], settings: BenchSettings, keep: Any = None) -> _Timer:
-    """Windows of back-to-back replays of a graph of `graph_calls` calls (one until resized)."""
+    """Windows of back-to-back replays of a graph of `graph_calls` calls (one until resized). A replay
+    is one operation of the stream, done when every captured node is (capture joins side streams
+    back), so the end event right after the last replay closes the window."""
     calls = settings.graph_calls
     replays = [1]
+    gpu_hold = GpuHold()
 
     def window() -> float:
         start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-        start.record()
-        for _ in range(replays[0]):
-            replay()
-        _synchronize()
-        end.record()
+        with gpu_hold.queued():
+            start.record()
+            for _ in range(replays[0]):
+                replay()
+            end.record()
         end.synchronize()
         return start.elapsed_time(end) * 1e3 / (calls * replays[0])
 
@@ -294,6 +309,7 @@ def _event_timer(
 ) -> _Timer:  # fmt: skip
     calls = [settings.event_calls]
     counter = [0]
+    outlasted = [0, 0]  # windows whose calls left work running past the end event, windows timed
     gpu_hold = GpuHold()
 
     def window() -> float:
@@ -305,16 +321,41 @@ def _event_timer(
             for _ in range(calls[0]):
                 fn(**input_sets[counter[0] % len(input_sets)])
                 counter[0] += 1
-        _synchronize()
-        end.record()
+            end.record()
         end.synchronize()
-        return start.elapsed_time(end) * 1e3 / calls[0]
+        closed = _closing_event(end)
+        outlasted[0] += closed is not end
+        outlasted[1] += 1
+        if outlasted[0]:
+            late = f"{outlasted[0]} of {outlasted[1]} windows left work running past their end event"
+            timer.note = _join_notes(note, late + " (another stream?): timed to a device synchronization")
+        return start.elapsed_time(closed) * 1e3 / calls[0]
 
     def resize(per_call_us: float) -> int:
         calls[0] = _units_to_fill(settings.window_us, per_call_us, settings.event_calls, settings.event_calls_max)
         return calls[0]
 
-    return _Timer(name, window, "events", calls[0], note, resize=resize)
+    timer = _Timer(name, window, "events", calls[0], note, resize=resize)
+    return timer
+
+
+def _closing_event(end: Any) -> Any:
+    """The event that closes an event window whose `end` has completed: `end` itself, unless the device
+    still had work (a side stream's) that outlasted it by more than OUTLAST_SLACK_US; then an event
+    recorded after a device synchronization, which charges the window with that work (and with the
+    synchronization's own round trip)."""
+    began = _perf_counter()
+    _synchronize()
+    if (_perf_counter() - began) * 1e6 <= OUTLAST_SLACK_US:
+        return end
+    fence = _Event(enable_timing=True)
+    fence.record()
+    fence.synchronize()
+    return fence
+
+
+def _join_notes(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None
 
 
 def make_timer(
