@@ -1,26 +1,35 @@
-"""fuse_norm, tma_ring.py with its rounding points 1 and 2 converted two elements per instruction.
+"""fuse_norm, tma_ring.py with its plain path's rounding points 1 and 2 converted two elements per instruction.
 
 Author: human (kernels team, issue 4), hand-written. Child of tma_ring.py (the promoted kernel):
 the same persistent programs, TMA ring of rows, plain register-prefetch path, configs and numerics.
-The one change: post (rounding point 1) and h' (rounding point 2) go to BF16 through
-cvt.rn.bf16x2.f32, two elements per instruction (F2FP in SASS), where Triton emits one
-cvt.rn.bf16.f32 (F2F) per element for a value it widens again. x, which is only stored, Triton
-already converts in pairs.
+The one change: on the plain path (the configs the autotuner takes at small T), post (rounding
+point 1) and h' (rounding point 2) go to BF16 through cvt.rn.bf16x2.f32, two elements per
+instruction (F2FP in SASS), where Triton emits one cvt.rn.bf16.f32 (F2F) per element for a value
+it widens again. x, which is only stored, Triton already converts in pairs. The same rounding (to
+nearest even), so the same bits.
 
-Why it might be faster: tma_ring's SASS (`harness inspect task=fuse_norm candidate=tma_ring`) has
-162 conversions per thread and row at 4 warps: per element a thread holds, one F2F.F64.F32 for
-each exact sum of squares and one F2F.BF16.F32 for each of the two rounding points. Hopper's
-conversions are slow (triton-lang/triton#4563); at T = 1 one program does a whole row's 20480, and
-at T = 16384 they sit beside the loads of 2 programs per SM. Here the ring's 4-warp configs have
-82 (`harness inspect task=fuse_norm candidate=packed_ring`), for 37-40 more instructions of
-unpacking. The same rounding (to nearest even), so the same bits.
+Why: tma_ring's SASS (`harness inspect task=fuse_norm candidate=tma_ring`) has 162 conversions per
+thread and row at 4 warps: per element a thread holds, one F2F.F64.F32 for each exact sum of
+squares and one F2F.BF16.F32 for each of the two rounding points. Hopper's conversions are slow
+(triton-lang/triton#4563), and at T = 1 one program converts a whole row's 20480 values. Packed,
+the 4-warp plain configs have 82 (`harness inspect task=fuse_norm candidate=packed_ring`).
+
+Measured on the H200 (thirteenth session, 4656e9e, both rounding points packed on both paths then;
+results/gpu_logs/2026-12-02-session13, -13c):
+  harness run beside tma_ring, p50 us: T=1 2.67 (2.94), T=8 3.28 (3.47), T=64 4.07 (4.33),
+  T=1000 13.55 (14.96), T=16384 180.41 (173.73); every shape bit-exact.
+  Every shipped config forced, same process: the plain configs ran 0.3 us faster packed at T=1
+  (2.86-3.05 against 3.19-3.40) and T=8 (3.17-3.47 against 3.46-3.68); the 4-warp ring configs
+  ran 5-13 us SLOWER packed at T=16384 (177.1 / 184.8 against 172.2 / 171.3, 3 / 4 stages),
+  where the conversions are not what limits the loop (Nsight Compute, T=16384: XU pipe 27%, issue
+  slots 58%, DRAM 75% of peak). So only the plain path packs; the ring is tma_ring's.
 
 Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
   T=1      41 KB   -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  671 MB  -> 157.0 us (goal <= 165 us, >= 95% of the copy ceiling)
-Not yet measured on the H200: tma_ring ran T=1 2.95-2.98 us and T=16384 173.83-174.94 us.
-The interpreter runs no PTX and rounds element by element, so CPU parity does not check the packed
-conversions; only a GPU run does.
+Goal T=1 <= 2.3 us: missed (2.67 us measured with both paths packed, the plain path being the one
+taken there). The interpreter runs no PTX and rounds element by element, so CPU parity does not
+check the packed conversions; only a GPU run does.
 
 Numerics: those of persistent_prefetch.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
@@ -58,7 +67,7 @@ CANDIDATE = {
     "author": "human",
     "model": None,
     "parent": "tma_ring",
-    "idea": "tma_ring with rounding points 1 and 2 converted to BF16 two elements per instruction",
+    "idea": "tma_ring with the plain path's rounding points 1 and 2 converted to BF16 two elements per instruction",
 }
 
 # TRITON_INTERPRET is read when kernels are decorated; the interpreter has no libdevice and runs
@@ -214,22 +223,32 @@ def _ring_row(head_desc, tail_desc, row, HEAD_ROWS: tl.constexpr, WIDTH: tl.cons
 
 
 @triton.jit
+def _to_bf16(x, PACKED: tl.constexpr):
+    """x rounded to BF16, in pairs (PACKED) or element by element, as Triton lowers x.to(tl.bfloat16)."""
+    rounded = x.to(tl.bfloat16)
+    if PACKED:
+        rounded = _to_bf16_in_pairs(x)
+    return rounded
+
+
+@triton.jit
 def _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_head, pre_w_tail, h_out_ptr, x_out_ptr,
               out_offset, head_cols, tail_cols, tail_mask, coef_h, coef_post, eps, N_COLS: tl.constexpr,
-              HAS_TAIL: tl.constexpr, FOLD: tl.constexpr):  # fmt: skip
-    """The op on one loaded row (BF16 y and h): stores h' and x. Masked lanes hold 0."""
+              HAS_TAIL: tl.constexpr, FOLD: tl.constexpr, PACKED: tl.constexpr):  # fmt: skip
+    """The op on one loaded row (BF16 y and h): stores h' and x. Masked lanes hold 0. PACKED: rounding
+    points 1 and 2 in pairs (_to_bf16)."""
     # Post-norm of sublayer k: (y * inv_rms) * w, rounded (rounding point 1).
     y_head32 = y_head.to(tl.float32)
     y_tail32 = y_tail.to(tl.float32)
     inv_rms_y = _rsqrt(_mean_of_squares(y_head32, y_tail32, N_COLS, HAS_TAIL, FOLD) + eps)
-    post_head = _to_bf16_in_pairs(y_head32 * inv_rms_y * post_w_head)
+    post_head = _to_bf16(y_head32 * inv_rms_y * post_w_head, PACKED)
     # Depth-scaled residual: h*a and post*b each rounded to FP32, then the add (rounding point 2).
-    h_new_head = _to_bf16_in_pairs(h_head.to(tl.float32) * coef_h + post_head.to(tl.float32) * coef_post)
+    h_new_head = _to_bf16(h_head.to(tl.float32) * coef_h + post_head.to(tl.float32) * coef_post, PACKED)
     tl.store(h_out_ptr + out_offset + head_cols, h_new_head)
     h_new_tail = h_new_head
     if HAS_TAIL:
-        post_tail = _to_bf16_in_pairs(y_tail32 * inv_rms_y * post_w_tail)
-        h_new_tail = _to_bf16_in_pairs(h_tail.to(tl.float32) * coef_h + post_tail.to(tl.float32) * coef_post)
+        post_tail = _to_bf16(y_tail32 * inv_rms_y * post_w_tail, PACKED)
+        h_new_tail = _to_bf16(h_tail.to(tl.float32) * coef_h + post_tail.to(tl.float32) * coef_post, PACKED)
         tl.store(h_out_ptr + out_offset + tail_cols, h_new_tail, mask=tail_mask)
 
     # Pre-norm of sublayer k+1 on the rounded stream (rounding point 3).
@@ -296,15 +315,17 @@ def _fuse_norm_ring_kernel(
     first = tl.program_id(0)
     step = tl.num_programs(0)
     if RING and TMA_OK:
-        # Triton's pipeliner issues the TMA loads of the next STAGES - 1 rows ahead of this one.
+        # Triton's pipeliner issues the TMA loads of the next STAGES - 1 rows ahead of this one. Rounding
+        # element by element: packed, the 4-warp ring ran 5-13 us slower at T = 16384 (header).
         for row in tl.range(first, n_rows, step, num_stages=STAGES):
             y_head, y_tail = _ring_row(y_head_desc, y_tail_desc, row, HEAD_ROWS, WIDTH, HAS_TAIL)
             h_head, h_tail = _ring_row(h_head_desc, h_tail_desc, row, HEAD_ROWS, WIDTH, HAS_TAIL)
             _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_head, pre_w_tail, h_out_ptr,
                       x_out_ptr, tl.cast(row, tl.int64) * N_COLS, head_cols, tail_cols, tail_mask, coef_h, coef_post,
-                      eps, N_COLS, HAS_TAIL, FOLD)  # fmt: skip
+                      eps, N_COLS, HAS_TAIL, FOLD, False)  # fmt: skip
     else:
         # persistent_prefetch's loop: the next row's loads are issued before this row is normalized.
+        # Rounding in pairs: 0.3 us faster than element by element at T = 1 and 8 (header).
         y_head, y_tail = _load_row(y_ptr + first.to(tl.int64) * stride_y_t, head_cols, tail_cols, tail_mask,
                                    first < n_rows, HAS_TAIL)  # fmt: skip
         h_head, h_tail = _load_row(h_ptr + first.to(tl.int64) * stride_h_t, head_cols, tail_cols, tail_mask,
@@ -318,7 +339,7 @@ def _fuse_norm_ring_kernel(
                                                  nxt < n_rows, HAS_TAIL)  # fmt: skip
             _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_head, pre_w_tail, h_out_ptr,
                       x_out_ptr, tl.cast(row, tl.int64) * N_COLS, head_cols, tail_cols, tail_mask, coef_h, coef_post,
-                      eps, N_COLS, HAS_TAIL, FOLD)  # fmt: skip
+                      eps, N_COLS, HAS_TAIL, FOLD, True)  # fmt: skip
             y_head, y_tail, h_head, h_tail = y_head_next, y_tail_next, h_head_next, h_tail_next
 
 
