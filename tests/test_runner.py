@@ -731,6 +731,27 @@ def test_gpu_event_windows_time_the_gpu_not_a_slow_launch():
 
 
 @pytest.mark.gpu
+def test_gpu_event_windows_charge_work_left_on_another_stream():
+    """Each call spins 20 us on the timed stream and 500 us on a side stream it never joins: the end
+    event does not wait for the side stream, the device synchronization after it does."""
+    import torch
+
+    cycles_per_us = bench.GpuHold()._calibrate()
+    side = torch.cuda.Stream()
+
+    def split_work(**_):
+        torch.cuda._sleep(int(20 * cycles_per_us))
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(int(500 * cycles_per_us))
+
+    settings = bench.BenchSettings(samples=10, min_samples=10)
+    timer = bench.make_timer("split", split_work, [{}], False, settings, None)
+    (timing,) = bench.time_interleaved([timer], settings).values()
+    assert timing.p50_us > 400, timing  # the side stream's 500 us per call, not the timed stream's 20
+    assert "left work running past their end event" in (timing.note or ""), timing
+
+
+@pytest.mark.gpu
 def test_gpu_cheats_side_streams_and_stale_memory_are_caught(tmp_path):
     from harness import candidates, runner
     from tasks import get_task
