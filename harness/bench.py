@@ -34,17 +34,21 @@ so that clock and thermal drift hit them alike and their ratio means something.
   178 us, cold), while its graph replays, which time no launch, were no slower in the child (T=1
   3.60 against 3.94 us, T=64 5.28 against 5.17): the child's slower launches were inside the
   windows (inferred from these figures, not profiled).
-- A window ends with its end event, recorded on the stream right after the last call (or replay).
-  Work that a call left on another stream is then caught by the host: it times a device-wide
-  synchronization after the end event, and when that takes more than OUTLAST_SLACK_US (an idle
-  device answers in a few us), the window is timed to an event recorded after it instead, and the
-  timing's note says how many windows were (parity's `async_work` check catches the same trick
-  on outputs). Until the thirteenth session every window synchronized the device BEFORE its end
-  event: in one plain process on the H200 (4656e9e, results/gpu_logs/2026-12-02-session13c),
-  that read each implementation 4.6-9.1 us per call above the same windows closed by the end
-  event, 69-103 us per 2 ms window (qk_norm_rope global T=16384: head_groups 151.4 against
-  145.3 us, torch copies of q, k and v 139.7 against 135.1; fuse_norm T=16384: tma_ring 178.9
-  against 171.4, graph replays 171.4), about 4% of every event- and graph-timed figure before.
+- A window ends with its end event, recorded on the timed stream right after the last call (or
+  replay): no host round trip is timed. A graph replay is done when every captured node is
+  (capture joins side streams back). Eager calls may leave work on another stream: the benchmark
+  child remembers every stream made through torch.cuda.Stream once it starts watching, before it
+  imports a candidate (watch_streams), and the end event waits for them all; parity's
+  `async_work` check catches outputs still being written after a call returns.
+- Until the thirteenth session, every window synchronized the device BEFORE its end event, so
+  that side streams were inside it. The round trip varied by run and process: on the H200, in
+  plain processes (results/gpu_logs/2026-12-02-session13c, -13d), it put qk_norm_rope/head_groups
+  at global T=16384 2-4 us per call (148.0-149.8 against 146.1-146.2 us, one process) and 6 us
+  (151.4 against 145.3, another, nvidia-smi sampling beside it) above the same windows closed by
+  the end event; fuse_norm/tma_ring at T=16384 1.5-2.7 us (173.7-174.7 against 172.0-172.1) and
+  at T=1, in graph replays, 0.015 us (2.91 against 2.895). A host-timed check after the end event
+  in its place (charge a window whose device synchronization took over 50 us) flagged 25 of 44
+  windows of head_groups, which uses no other stream: the round trip itself varies that much.
 - Warm-up windows first (compilation, autotuning, allocator), then `samples` windows per
   implementation (fewer if a window is slow: `max_seconds` bounds each implementation per shape).
   Summary: p20 / p50 / p80 of the per-call times; (p80 - p20) / p50 is the noise band.
@@ -80,9 +84,6 @@ _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
 _spin = torch.cuda._sleep  # a one-thread kernel that spins for a number of GPU clock cycles
-# An event window's device synchronization after its end event takes a few us of host time when the
-# device is idle; longer means work outlasted the end event (_closing_event).
-OUTLAST_SLACK_US = 50.0
 
 
 # BenchSettings fields that count something: each must be >= 1
@@ -211,7 +212,7 @@ class _Timer:
 
 
 def _warm_on_side_stream(fn: Callable[..., Any], input_sets: list[dict]) -> None:
-    side = torch.cuda.Stream()
+    side = _own_stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up off the capture stream, as CUDA graphs require
         for i in range(3):
@@ -309,7 +310,6 @@ def _event_timer(
 ) -> _Timer:  # fmt: skip
     calls = [settings.event_calls]
     counter = [0]
-    outlasted = [0, 0]  # windows whose calls left work running past the end event, windows timed
     gpu_hold = GpuHold()
 
     def window() -> float:
@@ -321,41 +321,56 @@ def _event_timer(
             for _ in range(calls[0]):
                 fn(**input_sets[counter[0] % len(input_sets)])
                 counter[0] += 1
+            _join_made_streams()
             end.record()
         end.synchronize()
-        closed = _closing_event(end)
-        outlasted[0] += closed is not end
-        outlasted[1] += 1
-        if outlasted[0]:
-            late = f"{outlasted[0]} of {outlasted[1]} windows left work running past their end event"
-            timer.note = _join_notes(note, late + " (another stream?): timed to a device synchronization")
-        return start.elapsed_time(closed) * 1e3 / calls[0]
+        return start.elapsed_time(end) * 1e3 / calls[0]
 
     def resize(per_call_us: float) -> int:
         calls[0] = _units_to_fill(settings.window_us, per_call_us, settings.event_calls, settings.event_calls_max)
         return calls[0]
 
-    timer = _Timer(name, window, "events", calls[0], note, resize=resize)
-    return timer
+    return _Timer(name, window, "events", calls[0], note, resize=resize)
 
 
-def _closing_event(end: Any) -> Any:
-    """The event that closes an event window whose `end` has completed: `end` itself, unless the device
-    still had work (a side stream's) that outlasted it by more than OUTLAST_SLACK_US; then an event
-    recorded after a device synchronization, which charges the window with that work (and with the
-    synchronization's own round trip)."""
-    began = _perf_counter()
-    _synchronize()
-    if (_perf_counter() - began) * 1e6 <= OUTLAST_SLACK_US:
-        return end
-    fence = _Event(enable_timing=True)
-    fence.record()
-    fence.synchronize()
-    return fence
+# ---- streams made by the code being timed ----------------------------------------------------------
+_made_streams: dict[int, Any] = {}  # by CUDA handle: the streams made through torch.cuda.Stream since watch_streams()
 
 
-def _join_notes(*notes: str | None) -> str | None:
-    return "; ".join(n for n in notes if n) or None
+def watch_streams(stream_cls: Any = None) -> None:
+    """Remember every stream made through torch.cuda.Stream from now on (a pool stream, or an external
+    handle through ExternalStream), so that an event window's end event waits for the work its calls
+    left there (_join_made_streams). The benchmark child calls this before it imports a candidate.
+    Not remembered: torch's wrappers of existing streams (current_stream(), default_stream() pass
+    stream_id), which are the timed stream or wait for nothing; streams made below torch (a raw
+    handle through ctypes), which the sandbox does not claim to stop either (harness/sandbox.py)."""
+    stream_cls = stream_cls or torch.cuda.Stream
+    make = stream_cls.__new__
+
+    def remembered(cls: type, *args: Any, **kwargs: Any) -> Any:
+        stream = make(cls, *args, **kwargs)
+        if "stream_id" not in kwargs:
+            _made_streams[stream.cuda_stream] = stream
+        return stream
+
+    stream_cls.__new__ = remembered
+
+
+def _join_made_streams() -> None:
+    """Make the current stream wait for the work queued so far on every remembered stream."""
+    if not _made_streams:
+        return
+    current = torch.cuda.current_stream()
+    for stream in _made_streams.values():
+        if stream.cuda_stream != current.cuda_stream:
+            current.wait_stream(stream)
+
+
+def _own_stream() -> Any:
+    """A side stream of the harness's own, never joined by the timed windows."""
+    stream = torch.cuda.Stream()
+    _made_streams.pop(stream.cuda_stream, None)
+    return stream
 
 
 def make_timer(

@@ -26,8 +26,8 @@ Cheat checks around every candidate call (names as recorded):
   async_work                an output that changes after return, once the device is synchronized
                             and threads had `settle_s` to finish (side streams, threads)
   background_thread         a Python thread started by the call still alive when it returns
-  patched_function          timers, torch.cuda.Event/synchronize, torch.equal, builtins, harness
-                            or task functions rebound (identities snapshot before import)
+  patched_function          timers, torch.cuda.Event/Stream/synchronize, torch.equal, builtins,
+                            harness or task functions rebound (identities snapshot before import)
   fallback_to_reference     a reference_model code object executed during the call (sys.setprofile)
   profile_hook_removed      the call removed the profile hook that watches for the fallback
   stale_memory              (parent) an output holding the allocator poison pattern: it was never
@@ -83,7 +83,8 @@ def _watched_namespaces(task_module: types.ModuleType) -> dict[str, Any]:
 
     spaces = {
         "torch": torch, "torch.Tensor": torch.Tensor, "torch.cuda": torch.cuda, "torch.cuda.Event": torch.cuda.Event,
-        "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph, "torch.testing": torch.testing, "time": time,
+        "torch.cuda.Stream": torch.cuda.Stream, "torch.cuda.CUDAGraph": torch.cuda.CUDAGraph,
+        "torch.testing": torch.testing, "time": time,
         "threading": threading, "builtins": builtins, "sys": sys, "harness.child": sys.modules[__name__],
         "harness.sandbox": sandbox, "reference_model.ops": ops, task_module.__name__: task_module,
     }  # fmt: skip
@@ -649,6 +650,10 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     monitor.install()
     layers.update(audit_hook="active", secret_env="active")
     report.emit("isolation", layers=layers)
+    if mode == "bench":  # every stream the candidate makes is joined by the timed windows' end events
+        from harness import bench
+
+        bench.watch_streams()
     guard = snapshot_identities(task_module)
     candidate = request["candidate"]
     try:

@@ -436,10 +436,11 @@ def _clock_events(clock: list[float], on_synchronize=lambda event: None):
 def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls):
     """Short calls are batched until a window holds window_us of GPU time (at least event_calls, at
     most event_calls_max), sized in the warm-up; every timed window then has that many calls, and
-    the L2 is swept by reading before each. The window closes with its end event, before the host's
-    device synchronization (8 us of GPU clock here), whose round trip is not timed."""
+    the L2 is swept by reading before each. The window closes with its end event; the device is
+    never synchronized."""
     clock = [0.0]
     sizes: list[int] = []
+    syncs: list[str] = []
 
     class FakeFlush:
         reads = 0
@@ -451,12 +452,8 @@ def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls)
         clock[0] += gpu_us
         sizes[-1] += 1
 
-    def sync():
-        clock[0] += 8.0  # the host's round trip, after the end event
-        sizes.append(0)
-
-    monkeypatch.setattr(bench, "_Event", _clock_events(clock))
-    monkeypatch.setattr(bench, "_synchronize", sync)
+    monkeypatch.setattr(bench, "_Event", _clock_events(clock, on_synchronize=lambda event: sizes.append(0)))
+    monkeypatch.setattr(bench, "_synchronize", lambda: syncs.append("device sync"))
     monkeypatch.setattr(bench, "_spin", lambda cycles: None)
     monkeypatch.setattr(bench.GpuHold, "_calibrate", lambda self: 2000.0)
     sizes.append(0)
@@ -465,40 +462,62 @@ def test_event_windows_grow_to_their_gpu_time_target(monkeypatch, gpu_us, calls)
     (timing,) = bench.time_interleaved([timer], settings).values()
     assert timing.calls_per_window == calls and sizes[-11:-1] == [calls] * 10, sizes
     assert FakeFlush.reads == len(sizes) - 1  # one sweep per window, warm-up included
-    assert timing.p50_us == pytest.approx(gpu_us) and timing.note is None
+    assert timing.p50_us == pytest.approx(gpu_us) and not syncs
     with pytest.raises(ValueError, match="event_calls_max=2 is below event_calls=3"):
         bench.BenchSettings(event_calls_max=2)
 
 
-def test_an_event_window_is_charged_with_work_that_outlasts_its_end_event(monkeypatch):
-    """A call that leaves 300 us of work on another stream: the end event on the timed stream does not
-    wait for it, the device synchronization after it does (1 ms of host time here, above the slack),
-    so every window is timed to an event recorded after that synchronization, and the timing says so."""
-    import time as _time
-
+def test_an_event_windows_end_event_waits_for_the_streams_the_calls_used(monkeypatch):
+    """A call that leaves 300 us of work on another stream: the streams made since watch_streams() are
+    joined before the end event, so the window ends when that work does; the device synchronization
+    after the end event is not timed."""
     clock = [0.0]
     pending = [0.0]
+    log: list[str] = []
 
-    def cheat(**_):
+    def split_work(**_):
         clock[0] += 20.0  # 20 us on the timed stream
-        pending[0] += 300.0  # and 300 us left running elsewhere
+        pending[0] += 300.0  # and 300 us on another
 
-    def sync():
-        if pending[0]:
-            _time.sleep(0.001)
-        clock[0] += pending[0] + 8.0
+    def join():
+        log.append("join")
+        clock[0] += pending[0]
         pending[0] = 0.0
 
-    monkeypatch.setattr(bench, "_Event", _clock_events(clock))
-    monkeypatch.setattr(bench, "_synchronize", sync)
+    monkeypatch.setattr(bench, "_Event", _clock_events(clock, on_synchronize=lambda event: log.append("end")))
+    monkeypatch.setattr(bench, "_join_made_streams", join)
+    monkeypatch.setattr(bench, "_synchronize", lambda: log.append("device sync"))
     monkeypatch.setattr(bench, "_spin", lambda cycles: None)
     monkeypatch.setattr(bench.GpuHold, "_calibrate", lambda self: 2000.0)
     settings = bench.BenchSettings(warmup_windows=1, samples=10, min_samples=10, event_calls=3, event_calls_max=3)
-    timer = bench._event_timer("k", cheat, [{}], settings, None, "graph capture failed (x); events")
+    timer = bench._event_timer("k", split_work, [{}], settings, None, None)
     (timing,) = bench.time_interleaved([timer], settings).values()
-    assert timing.p50_us == pytest.approx(20.0 + 300.0 + 8.0 / 3)  # the side work, and the round trip over 3 calls
-    assert timing.note == ("graph capture failed (x); events; 11 of 11 windows left work running past their "
-                           "end event (another stream?): timed to a device synchronization")  # fmt: skip
+    assert timing.p50_us == pytest.approx(320.0)
+    assert log == ["join", "end"] * 11  # joined before every end event; no device synchronization
+
+
+def test_watch_streams_remembers_the_streams_made_after_it_once_each(monkeypatch):
+    """Pool streams and external handles are remembered by handle; torch's wrappers of existing
+    streams (they pass stream_id: current_stream(), default_stream()) are not."""
+
+    class FakeStream:
+        def __new__(cls, device=None, priority=0, **kwargs):
+            stream = super().__new__(cls)
+            stream.cuda_stream = kwargs.get("stream_ptr", kwargs.get("stream_id", 100 + priority))
+            return stream
+
+    class FakeExternal(FakeStream):
+        def __new__(cls, stream_ptr, device=None, **kwargs):
+            return super().__new__(cls, stream_ptr=stream_ptr, **kwargs)
+
+    monkeypatch.setattr(bench, "_made_streams", {})
+    before = FakeStream()
+    bench.watch_streams(FakeStream)
+    pool_a, pool_b, again = FakeStream(), FakeStream(priority=-1), FakeStream()
+    external = FakeExternal(7)
+    FakeStream(stream_id=5)  # a wrapper of the current stream
+    assert bench._made_streams == {100: again, 99: pool_b, 7: external}
+    assert before.cuda_stream == pool_a.cuda_stream == 100 and isinstance(external, FakeExternal)
 
 
 @pytest.mark.parametrize(("gpu_us", "replays"), [(1.5, 14), (3.0, 7), (30.0, 1), (0.1, 50)])
@@ -731,11 +750,14 @@ def test_gpu_event_windows_time_the_gpu_not_a_slow_launch():
 
 
 @pytest.mark.gpu
-def test_gpu_event_windows_charge_work_left_on_another_stream():
-    """Each call spins 20 us on the timed stream and 500 us on a side stream it never joins: the end
-    event does not wait for the side stream, the device synchronization after it does."""
+def test_gpu_event_windows_charge_work_left_on_another_stream(monkeypatch):
+    """Each call spins 20 us on the timed stream and 500 us on a side stream it never joins: the
+    window's end event waits for the side stream, which was made after watch_streams()."""
     import torch
 
+    monkeypatch.setattr(bench, "_made_streams", {})
+    monkeypatch.setattr(torch.cuda.Stream, "__new__", torch.cuda.Stream.__new__)  # restored afterwards
+    bench.watch_streams()
     cycles_per_us = bench.GpuHold()._calibrate()
     side = torch.cuda.Stream()
 
@@ -748,7 +770,6 @@ def test_gpu_event_windows_charge_work_left_on_another_stream():
     timer = bench.make_timer("split", split_work, [{}], False, settings, None)
     (timing,) = bench.time_interleaved([timer], settings).values()
     assert timing.p50_us > 400, timing  # the side stream's 500 us per call, not the timed stream's 20
-    assert "left work running past their end event" in (timing.note or ""), timing
 
 
 @pytest.mark.gpu
