@@ -41,14 +41,16 @@ so that clock and thermal drift hit them alike and their ratio means something.
   imports a candidate (watch_streams), and the end event waits for them all; parity's
   `async_work` check catches outputs still being written after a call returns.
 - Until the thirteenth session, every window synchronized the device BEFORE its end event, so
-  that side streams were inside it. The round trip varied by run and process: on the H200, in
-  plain processes (results/gpu_logs/2026-12-02-session13c, -13d), it put qk_norm_rope/head_groups
-  at global T=16384 2-4 us per call (148.0-149.8 against 146.1-146.2 us, one process) and 6 us
-  (151.4 against 145.3, another, nvidia-smi sampling beside it) above the same windows closed by
-  the end event; fuse_norm/tma_ring at T=16384 1.5-2.7 us (173.7-174.7 against 172.0-172.1) and
-  at T=1, in graph replays, 0.015 us (2.91 against 2.895). A host-timed check after the end event
-  in its place (charge a window whose device synchronization took over 50 us) flagged 25 of 44
-  windows of head_groups, which uses no other stream: the round trip itself varies that much.
+  that side streams were inside it. That round trip varied by process: on the H200, two plain
+  processes timed the same windows both ways (results/gpu_logs/2026-12-02-session13d, -13e, 30
+  windows each way, twice): qk_norm_rope/head_groups at global T=16384 148.0-150.7 us against
+  144.9-146.2 closed by the end event, fuse_norm/tma_ring at T=16384 173.7-174.7 against
+  171.3-172.1; in graph replays of 800 calls, tma_ring at T=1 2.909-2.997 against 2.894-2.904 and
+  head_groups at sliding T=1 1.716-1.799 against 1.696-1.718: 1-5% more in these four. A
+  host-timed check after the end event in its place (charge a window whose device synchronization
+  took over 50 us; commit aa612da) flagged 25 of 44 windows of head_groups, which uses no other
+  stream, and 36-37 of 44 of each baseline at fuse_norm T=1000: the round trip itself varies that
+  much. With the end event, the harness's windows read 144.9 and 171.4 us for the first two.
 - Warm-up windows first (compilation, autotuning, allocator), then `samples` windows per
   implementation (fewer if a window is slow: `max_seconds` bounds each implementation per shape).
   Summary: p20 / p50 / p80 of the per-call times; (p80 - p20) / p50 is the noise band.
@@ -367,9 +369,12 @@ def _join_made_streams() -> None:
 
 
 def _own_stream() -> Any:
-    """A side stream of the harness's own, never joined by the timed windows."""
+    """A side stream for the harness's own work, not joined by the timed windows unless the code being
+    timed made the same stream too (torch hands out a pool's streams in turn)."""
+    known = set(_made_streams)
     stream = torch.cuda.Stream()
-    _made_streams.pop(stream.cuda_stream, None)
+    if stream.cuda_stream not in known:
+        _made_streams.pop(stream.cuda_stream, None)
     return stream
 
 

@@ -497,13 +497,17 @@ def test_an_event_windows_end_event_waits_for_the_streams_the_calls_used(monkeyp
 
 
 def test_watch_streams_remembers_the_streams_made_after_it_once_each(monkeypatch):
-    """Pool streams and external handles are remembered by handle; torch's wrappers of existing
-    streams (they pass stream_id: current_stream(), default_stream()) are not."""
+    """Pool streams (handed out in turn) and external handles are remembered by handle; torch's wrappers
+    of existing streams (they pass stream_id: current_stream(), default_stream()) are not; the
+    harness's own side stream is not, unless the code being timed made that pool stream too."""
+    import torch
+
+    pool = iter([100, 101, 100, 102, 100])
 
     class FakeStream:
         def __new__(cls, device=None, priority=0, **kwargs):
             stream = super().__new__(cls)
-            stream.cuda_stream = kwargs.get("stream_ptr", kwargs.get("stream_id", 100 + priority))
+            stream.cuda_stream = kwargs.get("stream_ptr", kwargs.get("stream_id")) or next(pool)
             return stream
 
     class FakeExternal(FakeStream):
@@ -511,13 +515,15 @@ def test_watch_streams_remembers_the_streams_made_after_it_once_each(monkeypatch
             return super().__new__(cls, stream_ptr=stream_ptr, **kwargs)
 
     monkeypatch.setattr(bench, "_made_streams", {})
-    before = FakeStream()
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    FakeStream()  # 100, before watching
     bench.watch_streams(FakeStream)
-    pool_a, pool_b, again = FakeStream(), FakeStream(priority=-1), FakeStream()
+    first, again = FakeStream(), FakeStream()  # 101, then 100 again
     external = FakeExternal(7)
     FakeStream(stream_id=5)  # a wrapper of the current stream
-    assert bench._made_streams == {100: again, 99: pool_b, 7: external}
-    assert before.cuda_stream == pool_a.cuda_stream == 100 and isinstance(external, FakeExternal)
+    assert bench._made_streams == {101: first, 100: again, 7: external}
+    assert bench._own_stream().cuda_stream == 102 and 102 not in bench._made_streams  # the harness's own
+    assert bench._own_stream().cuda_stream == 100 and 100 in bench._made_streams  # shared with the timed code: kept
 
 
 @pytest.mark.parametrize(("gpu_us", "replays"), [(1.5, 14), (3.0, 7), (30.0, 1), (0.1, 50)])
