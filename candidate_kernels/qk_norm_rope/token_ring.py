@@ -25,34 +25,34 @@ the norm's output (rounding point 1) two elements per conversion instruction (se
 Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row 512 B or 4 B):
   T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  sliding 579 MB -> 135.4 us (goal <= 140 us); global 571 MB -> 133.5 us (goal <= 135 us)
-Measured on the H200 (twelfth session; results/README.md; `harness run task=qk_norm_rope
-"candidates=[token_ring,head_groups]"`, p50 us, head_groups in the same run in parentheses):
-  sliding T=16384  167.34 (177.60), 82% of the floor, goal <= 140 missed by 27 us. The autotuner took whole
-                   tokens, 4 programs per SM of 2 warps, a ring of 2 stages; graph replays of that config
-                   ran 157.7 us (head_groups 171.7) in a forced sweep of the same call, and Nsight Compute
-                   154.8 us (74.5% of DRAM peak; 124 registers, 8 warps per SM, 12% achieved occupancy).
-  global  T=16384  157.52 (153.58): the autotuner took head_groups' grid; every ring config ran 152-187 us.
-  T <= 64          1.73-2.79 (1.59-2.79): head_groups' grid; equal to it on sliding layers, up to 0.26 us
-                   slower on global ones.
-  Copy ceiling: torch copies of q, k and v (32 of the op's 35 KB per token) ran at 3.9-4.0 TB/s in the
-  sweeps; the op's bytes at that rate take 145.6 us (sliding) and 146.2 us (global), above both goals.
-  In that call the harness's event windows read both kernels above the sweep's graph replays (the ring's
-  pick by 9.6 us, head_groups by 6.0); in the call before they agreed within 2.8 us for both.
+Measured on the H200 (results/README.md; `harness run task=qk_norm_rope
+"candidates=[token_ring,head_groups]"`, p50 us, head_groups in the same run in parentheses; these
+harness figures predate 4d58156 and read 1-5% above the GPU's time, head_groups' and the compile's alike):
+  thirteenth session, at 4656e9e (with PACKED):
+  sliding T=16384  156.20 (169.63), 87% of the floor, goal <= 140 missed by 16 us. The autotuner took the
+                   PACKED ring: whole tokens, 2 programs per SM of 4 warps, 3 stages. Graph replays of it in
+                   one process: 152.4 us (head_groups 166.8). Nsight Compute: 155.1 us, 74.3% of DRAM peak,
+                   issue slots 55.3%, pipes ALU 27 / XU 24 / FMA 22 / FP64 10%.
+  global  T=16384  155.95 (152.80), in-child compile 147.27 (fails parity): the autotuner took head_groups'
+                   grid split into parts, PACKED, 2 warps. Graph replays: 145.9 (146.5); Nsight Compute 144.0
+                   us, 78.6% of DRAM peak, 93% of the floor.
+  T <= 64          1.63-2.72 (1.54-2.66): equal on sliding layers, 0.15-0.29 us slower on global ones.
+  twelfth session, at 3498a69 (before PACKED): sliding T=16384 167.34 (177.60), graph replays 157.7
+  (171.7), Nsight Compute 154.8; global T=16384 157.52 (153.58).
+  Copy ceiling: torch copies of q, k and v (32 of the op's 35 KB per token) took 131.9-132.4 us in graph
+  replays of the thirteenth session's process (3.9-4.0 TB/s in the twelfth's sweeps, where the op's bytes
+  at that rate take 145.6 us sliding and 146.2 us global).
   Not promoted: on global layers it is no faster than head_groups or torch.compile.
-Why the ring stops at 82-88% of the floor (the gap to the goal): Nsight Compute puts the pick at 74.5%
-  of DRAM peak with 8 warps per SM; its SASS (`harness inspect`) has 2725 instructions, 231 of them
-  conversions, 217 FP64 and 15 MUFU. Per warp and token the loop issues 2073 instructions, among them
-  112 F2F.F64.F32 (the exact sums of squares) and 112 F2F.BF16.F32 (rounding point 1): one of each per
-  element a thread holds, through Hopper's slow conversion path (triton-lang/triton#4563). With 2
-  warps per scheduler little of that hides behind the loads. Not yet measured: how busy the issue
-  slots and the XU and FP64 pipes are (`harness profile` records them from now on), and the PACKED
-  configs: rounding point 1 as packed conversions (cvt.rn.bf16x2.f32, F2FP in SASS: two elements per
-  instruction, as Triton already converts the outputs), which take the pick's conversions from 231
-  to 119 for 37 more instructions (`harness inspect`). The same rounding, so the same bits; the
-  interpreter has no PTX and rounds them one by one, so only a GPU run checks the packed path.
-  (Measured at 3498a69. Since then: these notes; 64-bit offsets for the plain loads and the stores,
-  which overflowed 32 bits past 2^31 elements, T > 349K Beam tokens; the PACKED configs below; each
-  part reads only its own norm weight, kept in L1 (evict_last) as head_groups does.)
+Why the ring stops at 87-93% of the floor (the gap to the goal): its SASS (`harness inspect`) had 231
+  conversions in 2725 instructions before PACKED (119 with it): per element a thread holds, one
+  F2F.F64.F32 for the exact sum of squares and one F2F.BF16.F32 for rounding point 1, Hopper's slow
+  conversion path (triton-lang/triton#4563). With PACKED, the sliding pick ran 152.4 us in graph replays
+  against the twelfth session's unpacked pick's 157.7 (other processes, another config); Nsight Compute
+  now finds no pipe above 27% and the issue slots at 48-55%, with 12.5-33% achieved occupancy and the
+  DRAM at 74-79% of peak: the loads in flight, not the arithmetic, are what is left (inferred from
+  these figures, not from a stall breakdown).
+  The interpreter has no PTX and rounds element by element, so only a GPU run checks the packed path;
+  every GPU run so far was bit-exact.
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3): head_groups.py's, bit for bit:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1
