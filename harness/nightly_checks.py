@@ -13,7 +13,8 @@ kernel got faster than its history), drift (a baseline's time moved beyond the t
 library or driver change), and failures of candidates that are not promoted.
 
 History is the task's earlier records from COMPLETE runs (a run record exists: a run killed half
-way leaves records without one, and they are ignored), on the same GPU model, passed and timed.
+way leaves records without one, and they are ignored), on the same GPU model, passed and timed with
+windows that ended alike (records.WINDOW_ENDS: the harness's older windows read 1-5% slower).
 """
 
 from __future__ import annotations
@@ -61,12 +62,13 @@ class TaskEvidence:
     loadable_problem: str | None = None  # why the optimized model cannot load `in_force_after`
 
 
-def history_timings(history: Sequence[EvaluationRecord], shape: str, gpu: str, *, candidate_hash: str | None = None,
-                    implementation: str | None = None) -> list[Timing]:  # fmt: skip
-    """Passed, timed measurements of one kernel (by hash) or baseline (by name) on one shape and GPU, oldest first."""
+def history_timings(history: Sequence[EvaluationRecord], shape: str, gpu: str, window_end: str, *,
+                    candidate_hash: str | None = None, implementation: str | None = None) -> list[Timing]:  # fmt: skip
+    """Passed, timed measurements of one kernel (by hash) or baseline (by name) on one shape and GPU, with
+    windows that ended alike (records.WINDOW_ENDS), oldest first."""
     rows = [r for r in history
             if r.shape_label == shape and r.device == "cuda" and r.environment.get("device") == gpu
-            and r.status is Status.PASSED and r.timing is not None
+            and r.status is Status.PASSED and r.timing is not None and r.timing.window_end == window_end
             and (r.candidate_hash == candidate_hash if candidate_hash else
                  r.implementation == implementation)]  # fmt: skip
     return [r.timing for r in sorted(rows, key=lambda r: r.created_utc)]
@@ -123,7 +125,9 @@ def assess(e: TaskEvidence, thresholds: Thresholds) -> tuple[list[Finding], dict
                    "timing": _timing_dict(r.timing), "speedups": dict(r.speedups), "timing_skipped": r.timing_skipped,
                    "comparison": None}  # fmt: skip
             if r.timing is not None:
-                past = history_timings(e.history, r.shape_label, gpu, candidate_hash=r.candidate_hash)
+                past = history_timings(
+                    e.history, r.shape_label, gpu, r.timing.window_end, candidate_hash=r.candidate_hash
+                )
                 cmp = compare_to_history(r.timing, past, thresholds)
                 row["comparison"] = cmp.to_dict()
                 if cmp.verdict in ("regression", "faster"):
@@ -131,7 +135,7 @@ def assess(e: TaskEvidence, thresholds: Thresholds) -> tuple[list[Finding], dict
                                             cmp.verdict == "regression", r.shape_label, cmp.to_dict()))  # fmt: skip
             revalidation.append(row)
         elif r.kind != "candidate" and r.timing is not None:
-            past = history_timings(e.history, r.shape_label, gpu, implementation=r.implementation)
+            past = history_timings(e.history, r.shape_label, gpu, r.timing.window_end, implementation=r.implementation)
             cmp = compare_to_history(r.timing, past, thresholds)
             drift.append({"implementation": r.implementation, "shape": r.shape_label, "comparison": cmp.to_dict()})
             if cmp.verdict in ("regression", "faster"):

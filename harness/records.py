@@ -92,6 +92,19 @@ def _check_finite_numbers(obj: Any, where: str) -> None:
             _check_finite_numbers(v, f"{where}[{i}]")
 
 
+# How a timed window ended (harness/bench.py). "device_sync": the device was synchronized before the
+# end event, as every window was until the thirteenth session; that host round trip read figures 1-5%
+# above the GPU's time, so a timing is compared only with timings whose windows ended alike.
+WINDOW_ENDS = ("end_event", "device_sync")
+# The two commits whose records were timed with end-event windows before timings said so.
+_END_EVENT_BEFORE_THE_FIELD = ("aa612da641bf7e057d6b16aa7bd37dccf529e02f", "4d58156c88204696384a35579840559f9b128986")
+
+
+def unrecorded_window_end(git_commit: str | None) -> str:
+    """How the windows of a timing written without window_end ended, from the commit that timed it."""
+    return "end_event" if git_commit in _END_EVENT_BEFORE_THE_FIELD else "device_sync"
+
+
 @dataclass(frozen=True)
 class Timing:
     """Quantiles of per-call time of one implementation on one shape (harness/bench.py)."""
@@ -103,6 +116,7 @@ class Timing:
     samples: int
     calls_per_window: int
     note: str | None = None  # e.g. why graph capture failed and events were used instead
+    window_end: str = "end_event"  # one of WINDOW_ENDS: how each timed window ended
 
     def __post_init__(self) -> None:
         _require(
@@ -110,6 +124,7 @@ class Timing:
             f"timing quantiles must satisfy 0 < p20 <= p50 <= p80; got {self.p20_us}, {self.p50_us}, {self.p80_us}",
         )
         _require(self.method in ("cuda_graph", "events"), f"timing method {self.method!r} not in cuda_graph/events")
+        _require(self.window_end in WINDOW_ENDS, f"timing window_end {self.window_end!r} not in {WINDOW_ENDS}")
         _require(self.samples > 0 and self.calls_per_window > 0, "timing needs samples > 0 and calls_per_window > 0")
 
     @property
@@ -166,7 +181,8 @@ class EvaluationRecord:
     def __post_init__(self) -> None:
         object.__setattr__(self, "status", Status(self.status))
         if isinstance(self.timing, dict):
-            object.__setattr__(self, "timing", Timing(**self.timing))
+            unrecorded = unrecorded_window_end(self.environment.get("git_commit"))
+            object.__setattr__(self, "timing", Timing(**{"window_end": unrecorded, **self.timing}))
         _require(self.kind in IMPLEMENTATION_KINDS, f"kind must be one of {IMPLEMENTATION_KINDS}; got {self.kind!r}")
         _require(self.device in ("cuda", "cpu"), f"device must be 'cuda' or 'cpu'; got {self.device!r}")
         _require(self.policy in ("gpu", "interpreter"), f"policy must be 'gpu' or 'interpreter'; got {self.policy!r}")

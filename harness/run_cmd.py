@@ -27,7 +27,16 @@ import pandas as pd
 from harness import candidates as candidate_files
 from harness import promote, runner
 from harness.agents.settings import AgentSettings
-from harness.records import DEFAULT_RESULTS_DIR, RUNS_FILE, EvaluationRecord, RunRecord, Status, load_frame, read
+from harness.records import (
+    DEFAULT_RESULTS_DIR,
+    RUNS_FILE,
+    EvaluationRecord,
+    RunRecord,
+    Status,
+    load_frame,
+    read,
+    unrecorded_window_end,
+)
 from harness.records import task_results_dir as results_dir_of
 
 
@@ -201,13 +210,24 @@ def format_results(task: str, results_dir, last: int) -> str:
         lines += [f"\nLast {min(last, len(runs))} of {len(runs)} runs:", table.to_string(index=False)]
     if not frame.empty:
         latest = frame.sort_values("created_utc").groupby(["implementation", "shape_label", "device"]).tail(1)
+        if "timing.p50_us" in latest.columns:  # timings written before window_end: from the commit
+            timed = latest["timing.p50_us"].notna()
+            ends = latest.get("timing.window_end", pd.Series(None, index=latest.index, dtype=object))
+            commits = latest.get("environment.git_commit", pd.Series(None, index=latest.index, dtype=object))
+            unrecorded = commits.map(unrecorded_window_end)
+            latest = latest.assign(**{"timing.window_end": ends.where(~timed | ends.notna(), unrecorded)})
         cols = {"implementation": "implementation", "shape_label": "shape", "device": "device", "status": "status",
-                "timing.p50_us": "p50 us", "speedups.reference": "vs reference",
+                "timing.p50_us": "p50 us", "timing.window_end": "window end", "speedups.reference": "vs reference",
                 "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor", "run_id": "run"}  # fmt: skip
         present = {k: v for k, v in cols.items() if k in latest.columns}
         view = latest[list(present)].rename(columns=present).sort_values(["shape", "implementation"])
         view = view.astype(object).where(view.notna(), "-")
         lines += ["\nLatest record per implementation and shape:", view.to_string(index=False, na_rep="-")]
+        if "timing.window_end" in latest.columns and (latest["timing.window_end"] == "device_sync").any():
+            lines.append(
+                "window end device_sync: the device was synchronized inside each timed window, which read "
+                "1-5% above the GPU's time (harness/bench.py); compare such rows with each other only."
+            )
     for problem in skipped_runs + skipped:
         lines.append(f"warning: {problem}")
     return "\n".join(lines)

@@ -124,6 +124,25 @@ def test_a_promoted_kernel_slower_than_its_history_fails_the_night():
     assert not [f for f in assess(steady, Thresholds())[0] if f.gating]
 
 
+def test_history_timed_with_the_old_windows_is_not_compared_with_the_new():
+    """Windows that synchronized the device before their end event (records written before window_end
+    existed) read 1-5% slow: a kernel 8% slower than such a history is judged only against history
+    timed as it was, and with none left there is nothing to judge."""
+    old = [gpu_record(f"h{i}", "row_per_program", 2.0, when=f"2026-11-0{i + 1}T00:00:00+00:00",
+                      timing=Timing(1.98, 2.0, 2.02, "cuda_graph", 40, 100, window_end="device_sync"))
+           for i in range(4)]  # fmt: skip
+    now = (gpu_record("new", "row_per_program", 2.16, when="2026-11-30T00:00:00+00:00"),)
+    evidence = TaskEvidence("fuse_norm", now, PROMOTION, "row_per_program", "", None, "stays", tuple(old))
+    findings, details = assess(evidence, Thresholds())
+    assert not [f for f in findings if f.kind == "regression"], findings
+    assert details["revalidation"][0]["comparison"]["verdict"] == "no_history"
+    same = [gpu_record(f"n{i}", "row_per_program", 2.0, when=f"2026-11-1{i}T00:00:00+00:00") for i in range(4)]
+    findings, _ = assess(TaskEvidence("fuse_norm", now, PROMOTION, "row_per_program", "", None, "stays",
+                                      tuple(old + same)), Thresholds())  # fmt: skip
+    (regression,) = [f for f in findings if f.kind == "regression"]
+    assert regression.figures["n_history"] == 4
+
+
 def test_history_leaves_out_runs_that_never_finished(tmp_path):
     folder = tmp_path / "fuse_norm"
     for run in ("complete", "killed", "current"):

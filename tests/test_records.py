@@ -87,10 +87,35 @@ def test_a_baseline_that_missed_parity_keeps_its_timing_through_the_file(tmp_pat
     assert record.timing is not None and record.timing.p50_us == 2.1
 
 
+def test_a_record_written_before_window_end_existed_reads_as_its_commit_timed_it(tmp_path):
+    """Every timed window synchronized the device before its end event until two commits of the thirteenth
+    session, whose records do not say so; the harness's results table shows which is which."""
+    from harness.run_cmd import format_results
+
+    path = tmp_path / "fuse_norm" / RECORDS_FILE
+    path.parent.mkdir(parents=True)
+    with path.open("w") as f:
+        for name, commit in (("old", "4656e9e5a9ca7c32176b6ba2f172ce2a93c2d338"),
+                             ("early_end_event", "4d58156c88204696384a35579840559f9b128986")):  # fmt: skip
+            unrecorded = _record(implementation=name, environment={"device": "NVIDIA H200", "git_commit": commit})
+            unrecorded = unrecorded.to_dict()
+            del unrecorded["timing"]["window_end"]
+            f.write(json.dumps(unrecorded) + "\n")
+    append(path, _record(implementation="new"))
+    (old, early, new), skipped = read(path, EvaluationRecord)
+    assert skipped == [] and [r.timing.window_end for r in (old, early, new)] == ["device_sync", *["end_event"] * 2]
+    table = format_results("fuse_norm", tmp_path, 5)
+    rows = {line.split()[0]: line.split() for line in table.splitlines() if line.split()[:1] in (["old"], ["new"])}
+    assert "window end" in table and rows["old"][5] == "device_sync" and rows["new"][5] == "end_event", table
+    assert "window end device_sync: the device was synchronized inside each timed window" in table
+
+
 def test_timing_quantiles_are_ordered():
     with pytest.raises(ValueError, match="p20 <= p50 <= p80"):
         Timing(3.0, 2.0, 4.0, "events", 10, 3)
     assert Timing(2.0, 2.5, 3.0, "events", 10, 3).noise == pytest.approx(0.4)
+    with pytest.raises(ValueError, match="window_end 'host' not in"):
+        Timing(2.0, 2.5, 3.0, "events", 10, 3, window_end="host")
 
 
 def test_a_torn_last_line_is_skipped_and_the_next_append_starts_fresh(tmp_path):
