@@ -64,6 +64,15 @@ so that clock and thermal drift hit them alike and their ratio means something.
   floor is suspicious: a kernel that mostly reads can beat a copy's rate somewhat (on the H200,
   moe_experts/routed_slots streamed expert weights at 104-108% of the copy bandwidth measured
   beside it), a kernel that skips work beats it by far.
+- At decode sizes that roofline is a sliver of any call (fuse_norm moves 31 KB at T = 1: 0.01 us
+  at the copy rate, in calls of 2-3 us): a call is launch and latency. So each decode-size shape
+  also times a device copy that moves the shape's bytes (half read, half written, over as many
+  rotated buffer pairs as the inputs), the same way and in the same rotation as the implementations:
+  the time one launch takes to move those bytes. It is reported beside the roofline
+  (`copy_floor_us`, `copy_floor_fraction` = copy_floor_us / p50), not used to judge suspicion (a
+  kernel may beat torch's copy kernel at these sizes). On the H200, a graph node that stores one
+  float took 1.06 us per call, and the best of 30 layouts of a Triton kernel that reads the router's
+  5.2 MB weight 3.12 us (results/gpu_logs/2026-12-02-session14c).
 """
 
 from __future__ import annotations
@@ -447,11 +456,27 @@ def l2_flush_buffer() -> torch.Tensor:
     return torch.ones(2 * l2 // 4, dtype=torch.float32, device="cuda")
 
 
+SAME_BYTES_COPY = "(a copy of the same bytes)"  # its key in time_shape's results: no implementation's name
+
+
+def same_bytes_copy(nbytes: int, n_sets: int) -> tuple[Callable[..., Any], list[dict]]:
+    """A device copy that moves `nbytes` (half read, half written), and `n_sets` buffer pairs to rotate."""
+    n = max(1, nbytes // 4)  # BF16 elements per buffer
+
+    def copy(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
+        return dst.copy_(src)
+
+    sets = [{"src": torch.ones(n, dtype=torch.bfloat16, device="cuda"),
+             "dst": torch.empty(n, dtype=torch.bfloat16, device="cuda")} for _ in range(n_sets)]  # fmt: skip
+    return copy, sets
+
+
 def time_shape(
     task: Any, shape: Any, impls: dict[str, Callable[..., Any]], settings: BenchSettings, seed_base: int,
     flush: torch.Tensor | None,
 ) -> dict[str, Timing | str]:  # fmt: skip
-    """Time every implementation on one shape, interleaved, on rotating seeded inputs."""
+    """Time every implementation on one shape, interleaved, on rotating seeded inputs; at decode sizes,
+    also a copy of the shape's bytes (SAME_BYTES_COPY, module docstring)."""
     device = torch.device("cuda")
     first = task.make_inputs(shape, seed_base, device)
     set_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
@@ -459,11 +484,17 @@ def time_shape(
     n_sets = rotation_count(set_bytes, l2_bytes, settings)
     input_sets = [first] + [task.make_inputs(shape, seed_base + i, device) for i in range(1, n_sets)]
     decode = shape.params.get("T", math.inf) <= settings.decode_max_tokens
+    runs = [(name, fn, input_sets) for name, fn in impls.items()]
     failed: dict[str, str] = {}
-    timers = []
-    for name, fn in impls.items():
+    if decode:
         try:
-            timers.append(make_timer(name, fn, input_sets, decode, settings, flush))
+            runs.append((SAME_BYTES_COPY, *same_bytes_copy(task.cost(shape).bytes, n_sets)))
+        except torch.cuda.OutOfMemoryError as e:  # the implementations are still timed
+            failed[SAME_BYTES_COPY] = error_line(e)
+    timers = []
+    for name, fn, sets in runs:
+        try:
+            timers.append(make_timer(name, fn, sets, decode, settings, flush))
         except Exception as e:  # an implementation that cannot even warm up: reported, the others go on
             _synchronize()
             failed[name] = f"{type(e).__name__}: {e}"[:500]

@@ -144,6 +144,7 @@ def format_run(result: runner.RunResult) -> str:
                 row[f"vs {b}"] = (f"{r.speedups[b]:.2f}x ({_ms_or_us(r.baselines_us[b]['p50_us'])})"
                                   if b in r.speedups else "-")  # fmt: skip
             row["floor"] = f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else "-"
+            row["copy floor"] = f"{r.copy_floor_fraction:.0%}" if r.copy_floor_fraction is not None else "-"
             row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash))
             rows.append(row)
         if not any(r.timing for r in records if r.shape_label == label):  # CPU: no timing columns
@@ -156,6 +157,11 @@ def format_run(result: runner.RunResult) -> str:
         lines.append(
             "\nBaseline rows: timed in the trusted baselines child. A candidate's 'vs' cells and verdict use "
             "the baselines timed again beside it, in its own benchmark child (their p50 in parentheses)."
+        )
+    if any(r.copy_floor_fraction is not None for r in records):
+        lines.append(
+            "floor: the roofline (bytes over the copy bandwidth, or flops over the GEMM rate) over p50; copy floor: "
+            "a device copy of the same bytes, timed the same way in the same child, over p50 (decode sizes)."
         )
     if run.timing_skipped:
         lines.append(f"\nTimings: {run.timing_skipped}.")
@@ -218,7 +224,8 @@ def format_results(task: str, results_dir, last: int) -> str:
             latest = latest.assign(**{"timing.window_end": ends.where(~timed | ends.notna(), unrecorded)})
         cols = {"implementation": "implementation", "shape_label": "shape", "device": "device", "status": "status",
                 "timing.p50_us": "p50 us", "timing.window_end": "window end", "speedups.reference": "vs reference",
-                "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor", "run_id": "run"}  # fmt: skip
+                "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor",
+                "copy_floor_fraction": "copy floor", "run_id": "run"}  # fmt: skip
         present = {k: v for k, v in cols.items() if k in latest.columns}
         view = latest[list(present)].rename(columns=present).sort_values(["shape", "implementation"])
         view = view.astype(object).where(view.notna(), "-")

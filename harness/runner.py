@@ -587,7 +587,7 @@ class _Evaluation:
         status, detail = unit.status.get(shape.label, (Status.NOT_RUN, "not evaluated"))
         timing, baselines_us, speedups = None, {}, {}
         notes = {**unit.baseline_notes, **unit.shape_notes.get(shape.label, {})}
-        floor = fraction = None
+        floor = fraction = copy_floor = None
         suspicious = False
         result = unit.timing.get(shape.label)
         # A baseline that misses the parity gate keeps its timing, labelled by its status: a user could
@@ -605,6 +605,9 @@ class _Evaluation:
             skipped = None
             timing = Timing(**result["self"])
             for name, r in result["all"].items():
+                if name == bench.SAME_BYTES_COPY and isinstance(r, dict):
+                    copy_floor = r["p50_us"]
+                    continue
                 if name == unit.child_impl:
                     continue
                 if isinstance(r, dict):
@@ -629,7 +632,8 @@ class _Evaluation:
             sandbox_events=unit.violations if status is Status.SANDBOX_VIOLATION else [],
             isolation=unit.isolation, parity=parity.summarize(unit.verdicts.get(shape.label, [])),
             timing=timing, timing_skipped=skipped, baselines_us=baselines_us, speedups=speedups,
-            floor_us=floor, floor_fraction=fraction, suspicious=suspicious,
+            floor_us=floor, floor_fraction=fraction, suspicious=suspicious, copy_floor_us=copy_floor,
+            copy_floor_fraction=copy_floor / timing.p50_us if copy_floor and timing else None,
             copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
             autotuned=unit.autotuned if timing is not None else {},

@@ -676,6 +676,52 @@ def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
     assert "PROMOTED" in table and "timed again beside it" in table
 
 
+def test_a_copy_of_the_same_bytes_is_a_floor_of_the_record_not_a_baseline_to_beat(tmp_path):
+    """The benchmark child's same-bytes copy (decode sizes) becomes copy_floor_us and its fraction on
+    every record of that shape; it is neither a baseline nor a speedup, so it never blocks a promotion."""
+    from harness import candidates, runner
+    from harness.run_cmd import format_run
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
+    ev = runner._Evaluation(task, [cand], runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path)))
+    ev.device, ev.on_gpu, ev.shapes = "cuda", True, [task.shape("T=1", "cuda"), task.shape("T=16384", "cuda")]
+    unit = ev.units[0]
+    graph = {"method": "cuda_graph", "samples": 40, "calls_per_window": 100, "note": None}
+    decode = {"reference": _t(40.0), "torch_compile": _t(3.0), "candidate": _t(2.5), bench.SAME_BYTES_COPY: _t(2.0)}
+    large = {"reference": _t(3000.0), "torch_compile": _t(185.0), "candidate": _t(170.0)}  # event-timed: no copy
+    events = [
+        {"event": "isolation", "layers": {"audit_hook": "active"}},
+        {"event": "imported", "cheats": []},
+        {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
+        {"event": "timing", "shape": "T=1", "results": {k: {**v, **graph} for k, v in decode.items()}},
+        {"event": "timing", "shape": "T=16384", "results": {k: {**v, **graph, "method": "events"}
+                                                             for k, v in large.items()}},
+        {"event": "done", "violations": []},
+    ]  # fmt: skip
+    for s in ev.shapes:
+        unit.status[s.label] = (Status.PASSED, "")
+        unit.verdicts[s.label] = [parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})]
+    ev._read_bench(unit, sandbox.ChildRun(0, False, 1.0, events, ""), [s.label for s in ev.shapes])
+    small, big = ev.records({"device": "NVIDIA H200"}, None)
+    assert small.copy_floor_us == 2.0 and small.copy_floor_fraction == pytest.approx(0.8)
+    assert small.floor_fraction < 0.01  # the roofline: 31 KB at the copy rate, a sliver of the call
+    assert set(small.baselines_us) == set(small.speedups) == {"reference", "torch_compile"}
+    assert not small.baseline_notes
+    assert big.copy_floor_us is None and big.copy_floor_fraction is None
+    promotion, _, why = promote.decide([small, big], ["T=1", "T=16384"], None, {})
+    assert promotion is not None, why  # the copy is not a baseline the candidate had to beat
+    result = runner.RunResult(
+        RunRecord(run_id=ev.run_id, task=task.name, device="cuda", settings={}, candidates={}, statuses={},
+                  wall_s=1.0, environment={}, promoted=None),
+        (small, big), None, "", (),
+    )  # fmt: skip
+    table = format_run(result)
+    assert "copy floor" in table and " 80% " in table and "a device copy of the same bytes" in table
+    assert bench.SAME_BYTES_COPY not in table
+
+
 # ---- on the GPU: `python -m pytest -m gpu tests/test_runner.py` ---------------------------------------
 def test_the_benchmark_child_reports_what_each_autotuner_chose():
     import types
@@ -753,6 +799,25 @@ def test_gpu_event_windows_time_the_gpu_not_a_slow_launch():
     assert timing.method == "events" and 90 < timing.p50_us < 300, timing  # not ~1000 us: the launch is not timed
     assert timing.calls_per_window >= 10, timing  # ~2000 us of GPU time per window, not 3 calls
     assert bench.measure_copy_gbps(settings) > 3000
+
+
+@pytest.mark.gpu
+def test_gpu_decode_shapes_time_a_copy_of_their_bytes_beside_the_implementations():
+    import torch
+
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    settings = bench.BenchSettings(samples=10, min_samples=10, max_seconds=2.0)
+    impls = {"reference": task.reference}
+    small = bench.time_shape(task, task.shape("T=1", torch.device("cuda")), impls, settings, 1, None)
+    copy = small[bench.SAME_BYTES_COPY]
+    assert copy.method == "cuda_graph" and copy.samples == 10, copy
+    # One launch moving 31 KB: more than a microsecond, less than the eager reference's chain of kernels.
+    assert 1.0 < copy.p50_us < small["reference"].p50_us, (copy, small["reference"])
+    large = bench.time_shape(task, task.shape("T=1000", torch.device("cuda")), impls, settings, 1,
+                             bench.l2_flush_buffer())  # fmt: skip
+    assert set(large) == {"reference"}  # event-timed shapes: the roofline alone
 
 
 @pytest.mark.gpu
