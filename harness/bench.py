@@ -66,13 +66,16 @@ so that clock and thermal drift hit them alike and their ratio means something.
   beside it), a kernel that skips work beats it by far.
 - At decode sizes that roofline is a sliver of any call (fuse_norm moves 31 KB at T = 1: 0.01 us
   at the copy rate, in calls of 2-3 us): a call is launch and latency. So each decode-size shape
-  also times a device copy that moves the shape's bytes (half read, half written, over as many
-  rotated buffer pairs as the inputs), the same way and in the same rotation as the implementations:
-  the time one launch takes to move those bytes. It is reported beside the roofline
-  (`copy_floor_us`, `copy_floor_fraction` = copy_floor_us / p50), not used to judge suspicion (a
-  kernel may beat torch's copy kernel at these sizes). On the H200, a graph node that stores one
+  also times one elementwise kernel that moves the shape's bytes (torch.neg: half read, half
+  written, over as many rotated buffer pairs as the inputs), the same way and in the same rotation
+  as the implementations: what one launch takes to move those bytes. It is reported beside the
+  roofline (`copy_floor_us`, `copy_floor_fraction` = copy_floor_us / p50), not used to judge
+  suspicion (a kernel may beat torch's at these sizes). On the H200, a graph node that stores one
   float took 1.06 us per call, and the best of 30 layouts of a Triton kernel that reads the router's
-  5.2 MB weight 3.12 us (results/gpu_logs/2026-12-02-session14c).
+  5.2 MB weight 3.12 us (results/gpu_logs/2026-12-02-session14c). The first version (commit
+  7aef336, the records of 2026-12-02) timed `dst.copy_(src)`, which a graph captures as a memcpy
+  node: 1.08-3.6 us at 31 KB-5 MB, but 55.7 us for qkv_gate_gemm's 147 MB at T = 1 and 3 against
+  36.5 us at T = 8 and 64 in the same children, where the roofline is 34.6 us.
 """
 
 from __future__ import annotations
@@ -460,11 +463,12 @@ SAME_BYTES_COPY = "(a copy of the same bytes)"  # its key in time_shape's result
 
 
 def same_bytes_copy(nbytes: int, n_sets: int) -> tuple[Callable[..., Any], list[dict]]:
-    """A device copy that moves `nbytes` (half read, half written), and `n_sets` buffer pairs to rotate."""
+    """An elementwise kernel that moves `nbytes` (half read, half written), and `n_sets` buffer pairs to
+    rotate. A kernel, not `dst.copy_(src)`: a graph captures that as a memcpy node (module docstring)."""
     n = max(1, nbytes // 4)  # BF16 elements per buffer
 
     def copy(src: torch.Tensor, dst: torch.Tensor) -> torch.Tensor:
-        return dst.copy_(src)
+        return torch.neg(src, out=dst)
 
     sets = [{"src": torch.ones(n, dtype=torch.bfloat16, device="cuda"),
              "dst": torch.empty(n, dtype=torch.bfloat16, device="cuda")} for _ in range(n_sets)]  # fmt: skip

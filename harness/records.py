@@ -164,9 +164,9 @@ class EvaluationRecord:
     floor_us: float | None = None
     floor_fraction: float | None = None  # floor_us / p50_us: 1.0 is the roofline
     suspicious: bool = False  # faster than the roofline floor allows (harness/bench.py is_suspicious)
-    # Decode sizes: p50 of a device copy moving the same bytes, timed beside this implementation the same
-    # way (harness/bench.py SAME_BYTES_COPY): what one launch takes to move them. None for event-timed
-    # shapes, and in records written before it was measured (2026-12-02).
+    # Decode sizes: p50 of one kernel moving the same bytes, timed beside this implementation the same way
+    # (harness/bench.py SAME_BYTES_COPY): what one launch takes to move them. None for event-timed shapes
+    # and in records written before 2026-12-02; the records of commit 7aef336 timed a memcpy node instead.
     copy_floor_us: float | None = None
     copy_floor_fraction: float | None = None  # copy_floor_us / p50_us
     copy_gbps: float | None = None

@@ -181,7 +181,7 @@ def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str
         if r.suspicious:
             floor += " **below the floor**"
         if r.copy_floor_fraction is not None:
-            floor += f"; {pct(r.copy_floor_fraction)} of a copy of the same bytes ({us(r.copy_floor_us)} us)"
+            floor += f"; {pct(r.copy_floor_fraction)} of one kernel moving the same bytes ({us(r.copy_floor_us)} us)"
         out.append((f"`{r.shape_label}`", f"`{name}` (candidate)", *_band(t), "-", "-", floor))
         classes.append("candidate")
         others = sorted(r.baselines_us.items())

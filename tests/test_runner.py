@@ -718,7 +718,7 @@ def test_a_copy_of_the_same_bytes_is_a_floor_of_the_record_not_a_baseline_to_bea
         (small, big), None, "", (),
     )  # fmt: skip
     table = format_run(result)
-    assert "copy floor" in table and " 80% " in table and "a device copy of the same bytes" in table
+    assert "copy floor" in table and " 80% " in table and "one kernel moving the same bytes" in table
     assert bench.SAME_BYTES_COPY not in table
 
 
