@@ -26,9 +26,14 @@ Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row
   T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  sliding 579 MB -> 135.4 us (goal <= 140 us); global 571 MB -> 133.5 us (goal <= 135 us)
 Measured on the H200 (results/README.md; `harness run task=qk_norm_rope
-"candidates=[token_ring,head_groups]"`, p50 us, head_groups in the same run in parentheses; these
-harness figures predate 4d58156 and read 1-5% above the GPU's time, head_groups' and the compile's alike):
-  thirteenth session, at 4656e9e (with PACKED):
+"candidates=[token_ring,head_groups]"`, p50 us, head_groups in the same run in parentheses):
+  fourteenth session, at 8d10065 (the harness's end-event windows):
+  sliding T=16384  152.92 (166.99), 89% of the floor, goal <= 140 missed by 12.9 us.
+  global  T=16384  145.63 (145.21), in-child compile 141.28 (fails parity); goal <= 135 missed by 10.6 us.
+  T <= 64          1.61-2.61 (1.50-2.61): equal or faster on sliding layers, 0.16-0.21 us slower on global.
+  T=1000           14.63 (10.92) sliding, 14.89 (11.07) global: the ring's setup costs more than it hides.
+  thirteenth session, at 4656e9e (with PACKED; before 4d58156 the harness's windows read 1-5% above the
+  GPU's time, head_groups' and the compile's alike):
   sliding T=16384  156.20 (169.63), 87% of the floor, goal <= 140 missed by 16 us. The autotuner took the
                    PACKED ring: whole tokens, 2 programs per SM of 4 warps, 3 stages. Graph replays of it in
                    one process: 152.4 us (head_groups 166.8). Nsight Compute: 155.1 us, 74.3% of DRAM peak,
