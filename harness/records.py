@@ -105,6 +105,10 @@ def unrecorded_window_end(git_commit: str | None) -> str:
     return "end_event" if git_commit in _END_EVENT_BEFORE_THE_FIELD else "device_sync"
 
 
+# The commit whose copy floors timed `dst.copy_(src)`, a memcpy node in a graph, not a kernel (bench.py).
+MEMCPY_COPY_FLOOR_COMMIT = "7aef336f306d9d04d7f2131d5b91d04e725cbc06"
+
+
 @dataclass(frozen=True)
 class Timing:
     """Quantiles of per-call time of one implementation on one shape (harness/bench.py)."""
@@ -166,7 +170,7 @@ class EvaluationRecord:
     suspicious: bool = False  # faster than the roofline floor allows (harness/bench.py is_suspicious)
     # Decode sizes: p50 of one kernel moving the same bytes, timed beside this implementation the same way
     # (harness/bench.py SAME_BYTES_COPY): what one launch takes to move them. None for event-timed shapes
-    # and in records written before 2026-12-02; the records of commit 7aef336 timed a memcpy node instead.
+    # and in records written before it was measured; those of MEMCPY_COPY_FLOOR_COMMIT timed a memcpy node.
     copy_floor_us: float | None = None
     copy_floor_fraction: float | None = None  # copy_floor_us / p50_us
     copy_gbps: float | None = None

@@ -29,6 +29,7 @@ from harness import promote, runner
 from harness.agents.settings import AgentSettings
 from harness.records import (
     DEFAULT_RESULTS_DIR,
+    MEMCPY_COPY_FLOOR_COMMIT,
     RUNS_FILE,
     EvaluationRecord,
     RunRecord,
@@ -235,6 +236,15 @@ def format_results(task: str, results_dir, last: int) -> str:
                 "window end device_sync: the device was synchronized inside each timed window, which read "
                 "1-5% above the GPU's time (harness/bench.py); compare such rows with each other only."
             )
+        if "copy_floor_fraction" in latest.columns and "environment.git_commit" in latest.columns:
+            commits = latest["environment.git_commit"]
+            memcpy = latest["copy_floor_fraction"].notna() & (commits == MEMCPY_COPY_FLOOR_COMMIT)
+            if memcpy.any():
+                runs = ", ".join(sorted(set(latest.loc[memcpy, "run_id"])))
+                lines.append(
+                    f"copy floor of commit {MEMCPY_COPY_FLOOR_COMMIT[:7]} (runs {runs}): a memcpy node, slower than "
+                    "a kernel at some sizes (harness/bench.py); the other rows' copy floor is a kernel."
+                )
     for problem in skipped_runs + skipped:
         lines.append(f"warning: {problem}")
     return "\n".join(lines)

@@ -184,3 +184,23 @@ def test_readers_see_whole_lines_while_a_writer_appends(tmp_path):
         seen.append(len(result.rows))
     writer.join()
     assert writer.exitcode == 0 and seen == sorted(seen)
+
+
+def test_the_results_table_says_which_copy_floors_timed_a_memcpy_node(tmp_path):
+    """The first version of the decode-size copy floor (one commit) timed a graph memcpy node, erratic at
+    147 MB; harness results labels those rows' runs, and no others."""
+    from harness.records import MEMCPY_COPY_FLOOR_COMMIT
+    from harness.run_cmd import format_results
+
+    path = tmp_path / "fuse_norm" / RECORDS_FILE
+    env = {"device": "NVIDIA H200", "git_commit": MEMCPY_COPY_FLOOR_COMMIT}
+    append(path, _record(implementation="first", run_id="run-memcpy", environment=env, copy_floor_us=1.1,
+                         copy_floor_fraction=0.5, created_utc="2026-12-02T05:00:00+00:00"))  # fmt: skip
+    append(path, _record(implementation="later", run_id="run-kernel", copy_floor_us=1.0, copy_floor_fraction=0.45,
+                         created_utc="2026-12-02T06:00:00+00:00"))  # fmt: skip
+    table = format_results("fuse_norm", tmp_path, 5)
+    assert "copy floor" in table and "0.45" in table and "0.5" in table, table
+    assert f"copy floor of commit {MEMCPY_COPY_FLOOR_COMMIT[:7]} (runs run-memcpy): a memcpy node" in table, table
+    append(path, _record(implementation="first", run_id="run-kernel-2", copy_floor_us=1.0, copy_floor_fraction=0.46,
+                         created_utc="2026-12-02T07:00:00+00:00"))  # fmt: skip
+    assert "a memcpy node" not in format_results("fuse_norm", tmp_path, 5)  # only the latest rows are listed
