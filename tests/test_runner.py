@@ -633,30 +633,51 @@ def test_a_time_somewhat_below_the_copy_floor_is_plausible_far_below_it_is_suspi
 
 
 # ---- the GPU records path, from a benchmark child's report (no GPU needed to build the records) ------
-def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
+def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str, dict[str, dict]]):
+    """fuse_norm records of the fixture candidate, built from a benchmark child's report whose timing events
+    carry `timings[label]` (implementation -> Timing fields), everything passing parity."""
     from harness import candidates, runner
-    from harness.run_cmd import format_run
     from tasks import get_task
 
     task = get_task("fuse_norm")
     cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
     ev = runner._Evaluation(task, [cand], runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path)))
-    ev.device, ev.on_gpu, ev.shapes = "cuda", True, list(task.shapes[:2])
+    ev.device, ev.on_gpu, ev.shapes = "cuda", True, [task.shape(label, "cuda") for label in labels]
     unit = ev.units[0]
-    timing = {"reference": _t(10.0), "torch_compile": _t(6.0), "candidate": _t(3.0)}
     events = [
         {"event": "isolation", "layers": {"audit_hook": "active"}},
         {"event": "imported", "cheats": []},
         {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
-        *({"event": "timing", "shape": s.label, "results": {k: {**v, "method": "cuda_graph", "samples": 40,
-           "calls_per_window": 100, "note": None} for k, v in timing.items()}} for s in ev.shapes),
+        *({"event": "timing", "shape": label, "results": timings[label]} for label in labels),
         {"event": "done", "violations": []},
     ]  # fmt: skip
-    for s in ev.shapes:
-        unit.status[s.label] = (Status.PASSED, "")
-        unit.verdicts[s.label] = [parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})]
-    ev._read_bench(unit, sandbox.ChildRun(0, False, 1.0, events, ""), [s.label for s in ev.shapes])
-    records = ev.records({"device": "NVIDIA H200"}, None)
+    for label in labels:
+        unit.status[label] = (Status.PASSED, "")
+        unit.verdicts[label] = [parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})]
+    ev._read_bench(unit, sandbox.ChildRun(0, False, 1.0, events, ""), labels)
+    return task, ev, ev.records({"device": "NVIDIA H200"}, None)
+
+
+def _timed(method: str, **p50s: float) -> dict[str, dict]:
+    return {name: {**_t(p50), "method": method, "samples": 40, "calls_per_window": 100, "note": None}
+            for name, p50 in p50s.items()}  # fmt: skip
+
+
+def _run_table(ev, task, records, promotion) -> str:
+    from harness import runner
+    from harness.run_cmd import format_run
+
+    result = runner.RunResult(
+        RunRecord(run_id=ev.run_id, task=task.name, device="cuda", settings={}, candidates={}, statuses={},
+                  wall_s=1.0, environment={}, promoted=promotion.content_hash if promotion else None),
+        tuple(records), promotion, promotion.reason if promotion else "", (),
+    )  # fmt: skip
+    return format_run(result)
+
+
+def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
+    timing = _timed("cuda_graph", reference=10.0, torch_compile=6.0, candidate=3.0)
+    task, ev, records = _records_from_a_bench_report(tmp_path, ["T=1", "T=8"], {"T=1": timing, "T=8": timing})
     first = records[0]
     assert first.timing.p50_us == 3.0 and first.speedups == {"reference": 10.0 / 3.0, "torch_compile": 2.0}
     cost = task.cost(ev.shapes[0])
@@ -666,12 +687,7 @@ def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
     assert not first.suspicious and first.copy_gbps == 4275.0
     promotion, _, _ = promote.decide(records, [s.label for s in ev.shapes], None, {})
     assert promotion is not None and promotion.candidate == "correct"
-    result = runner.RunResult(
-        RunRecord(run_id=ev.run_id, task=task.name, device="cuda", settings={}, candidates={}, statuses={},
-                  wall_s=1.0, environment={}, promoted=promotion.content_hash),
-        tuple(records), promotion, promotion.reason, (),
-    )  # fmt: skip
-    table = format_run(result)
+    table = _run_table(ev, task, records, promotion)
     assert "3.00 us (2.94-3.06)" in table and "3.33x (10.00 us)" in table and "2.00x (6.00 us)" in table
     assert "PROMOTED" in table and "timed again beside it" in table
 
@@ -679,32 +695,10 @@ def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
 def test_a_copy_of_the_same_bytes_is_a_floor_of_the_record_not_a_baseline_to_beat(tmp_path):
     """The benchmark child's same-bytes copy (decode sizes) becomes copy_floor_us and its fraction on
     every record of that shape; it is neither a baseline nor a speedup, so it never blocks a promotion."""
-    from harness import candidates, runner
-    from harness.run_cmd import format_run
-    from tasks import get_task
-
-    task = get_task("fuse_norm")
-    cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
-    ev = runner._Evaluation(task, [cand], runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path)))
-    ev.device, ev.on_gpu, ev.shapes = "cuda", True, [task.shape("T=1", "cuda"), task.shape("T=16384", "cuda")]
-    unit = ev.units[0]
-    graph = {"method": "cuda_graph", "samples": 40, "calls_per_window": 100, "note": None}
-    decode = {"reference": _t(40.0), "torch_compile": _t(3.0), "candidate": _t(2.5), bench.SAME_BYTES_COPY: _t(2.0)}
-    large = {"reference": _t(3000.0), "torch_compile": _t(185.0), "candidate": _t(170.0)}  # event-timed: no copy
-    events = [
-        {"event": "isolation", "layers": {"audit_hook": "active"}},
-        {"event": "imported", "cheats": []},
-        {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
-        {"event": "timing", "shape": "T=1", "results": {k: {**v, **graph} for k, v in decode.items()}},
-        {"event": "timing", "shape": "T=16384", "results": {k: {**v, **graph, "method": "events"}
-                                                             for k, v in large.items()}},
-        {"event": "done", "violations": []},
-    ]  # fmt: skip
-    for s in ev.shapes:
-        unit.status[s.label] = (Status.PASSED, "")
-        unit.verdicts[s.label] = [parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})]
-    ev._read_bench(unit, sandbox.ChildRun(0, False, 1.0, events, ""), [s.label for s in ev.shapes])
-    small, big = ev.records({"device": "NVIDIA H200"}, None)
+    decode = _timed("cuda_graph", reference=40.0, torch_compile=3.0, candidate=2.5, **{bench.SAME_BYTES_COPY: 2.0})
+    large = _timed("events", reference=3000.0, torch_compile=185.0, candidate=170.0)  # event-timed: no copy
+    timings = {"T=1": decode, "T=16384": large}
+    task, ev, (small, big) = _records_from_a_bench_report(tmp_path, list(timings), timings)
     assert small.copy_floor_us == 2.0 and small.copy_floor_fraction == pytest.approx(0.8)
     assert small.floor_fraction < 0.01  # the roofline: 31 KB at the copy rate, a sliver of the call
     assert set(small.baselines_us) == set(small.speedups) == {"reference", "torch_compile"}
@@ -712,12 +706,7 @@ def test_a_copy_of_the_same_bytes_is_a_floor_of_the_record_not_a_baseline_to_bea
     assert big.copy_floor_us is None and big.copy_floor_fraction is None
     promotion, _, why = promote.decide([small, big], ["T=1", "T=16384"], None, {})
     assert promotion is not None, why  # the copy is not a baseline the candidate had to beat
-    result = runner.RunResult(
-        RunRecord(run_id=ev.run_id, task=task.name, device="cuda", settings={}, candidates={}, statuses={},
-                  wall_s=1.0, environment={}, promoted=None),
-        (small, big), None, "", (),
-    )  # fmt: skip
-    table = format_run(result)
+    table = _run_table(ev, task, (small, big), None)
     assert "copy floor" in table and " 80% " in table and "one kernel moving the same bytes" in table
     assert bench.SAME_BYTES_COPY not in table
 
