@@ -149,7 +149,8 @@ def format_run(result: runner.RunResult) -> str:
             row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash))
             rows.append(row)
         if not any(r.timing for r in records if r.shape_label == label):  # CPU: no timing columns
-            rows = [{k: v for k, v in row.items() if not k.startswith(("p50", "vs ", "floor"))} for row in rows]
+            timing_columns = ("p50", "vs ", "floor", "copy floor")
+            rows = [{k: v for k, v in row.items() if not k.startswith(timing_columns)} for row in rows]
         r0 = next(r for r in records if r.shape_label == label)
         lines.append(f"\n== {r0.task} | {label} | {r0.device}, {r0.policy} policy, seeds {r0.seeds} ==")
         lines.append(pd.DataFrame(rows).to_string(index=False))
