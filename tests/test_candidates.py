@@ -60,15 +60,17 @@ def _load_module(path):
 
 
 # ---- router_gemm: its interpreter launcher passes the config itself, which the runner cannot force -------
-def test_router_gemm_computes_the_task_function_with_every_gpu_config(tmp_path):
+@pytest.mark.parametrize("candidate", ["splitk_bf16x3", "row_vector"])
+def test_router_gemm_computes_the_task_function_with_every_gpu_config(candidate, tmp_path):
     """The runner records its GPU configs as unchecked (its interpreter kernel is no autotuner); here
-    each one it lists goes through the launcher's own hook for the interpreter's config instead."""
+    each one it lists goes through the launcher's own hook for the interpreter's config instead
+    (row_vector: its 1-D FMA path at T = 1, the 2-D one at T = 5 and 8, BF16x3 everywhere)."""
     import torch
 
     from harness import interpreter_patches, parity
 
     task = TASKS["router_gemm"]
-    path = REPO_ROOT / "candidate_kernels" / "router_gemm" / "splitk_bf16x3.py"
+    path = REPO_ROOT / "candidate_kernels" / "router_gemm" / f"{candidate}.py"
     gpu_configs = _gpu_configs(task, path, tmp_path)
     module = _load_module(path)
     interpreter_patches.apply()
