@@ -64,7 +64,7 @@ so that clock and thermal drift hit them alike and their ratio means something.
   floor is suspicious: a kernel that mostly reads can beat a copy's rate somewhat (on the H200,
   moe_experts/routed_slots streamed expert weights at 104-108% of the copy bandwidth measured
   beside it), a kernel that skips work beats it by far.
-- At decode sizes that roofline is a sliver of any call (fuse_norm moves 31 KB at T = 1: 0.01 us
+- At decode sizes that roofline is a sliver of any call (fuse_norm moves 60 KB at T = 1: 0.01 us
   at the copy rate, in calls of 2-3 us): a call is launch and latency. So each decode-size shape
   also times one elementwise kernel that moves the shape's bytes (torch.neg: half read, half
   written, over as many rotated buffer pairs as the inputs), the same way and in the same rotation
@@ -74,7 +74,7 @@ so that clock and thermal drift hit them alike and their ratio means something.
   float took 1.06 us per call, and the best of 30 layouts of a Triton kernel that reads the router's
   5.2 MB weight 3.12 us (results/gpu_logs/2026-12-02-session14c). The first version (commit
   7aef336, the records of 2026-12-02) timed `dst.copy_(src)`, which a graph captures as a memcpy
-  node: 1.08-3.6 us at 31 KB-5 MB, but 55.7 us for qkv_gate_gemm's 147 MB at T = 1 and 3 against
+  node: 1.08-3.67 us at 37 KB-7.9 MB, but 55.7 us for qkv_gate_gemm's 147 MB at T = 1 and 3 against
   36.5 us at T = 8 and 64 in the same children, where the roofline is 34.6 us.
 """
 
