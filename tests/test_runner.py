@@ -802,8 +802,9 @@ def test_gpu_decode_shapes_time_a_copy_of_their_bytes_beside_the_implementations
     small = bench.time_shape(task, task.shape("T=1", torch.device("cuda")), impls, settings, 1, None)
     copy = small[bench.SAME_BYTES_COPY]
     assert copy.method == "cuda_graph" and copy.samples == 10, copy
-    # One launch moving 60 KB: more than a microsecond, less than the eager reference's chain of kernels.
-    assert 1.0 < copy.p50_us < small["reference"].p50_us, (copy, small["reference"])
+    # One launch moving 60 KB: at least a graph node's cost (one that stores a float took 1.06 us on the
+    # H200), and less than the eager reference's chain of kernels.
+    assert 0.5 < copy.p50_us < small["reference"].p50_us, (copy, small["reference"])
     large = bench.time_shape(task, task.shape("T=1000", torch.device("cuda")), impls, settings, 1,
                              bench.l2_flush_buffer())  # fmt: skip
     assert set(large) == {"reference"}  # event-timed shapes: the roofline alone
