@@ -218,10 +218,14 @@ def format_results(task: str, results_dir, last: int) -> str:
         lines += [f"\nLast {min(last, len(runs))} of {len(runs)} runs:", table.to_string(index=False)]
     if not frame.empty:
         latest = frame.sort_values("created_utc").groupby(["implementation", "shape_label", "device"]).tail(1)
+
+        def column(name: str) -> pd.Series:  # empty where no record has the field
+            return latest.get(name, pd.Series(None, index=latest.index, dtype=object))
+
+        commits = column("environment.git_commit")
         if "timing.p50_us" in latest.columns:  # timings written before window_end: from the commit
             timed = latest["timing.p50_us"].notna()
-            ends = latest.get("timing.window_end", pd.Series(None, index=latest.index, dtype=object))
-            commits = latest.get("environment.git_commit", pd.Series(None, index=latest.index, dtype=object))
+            ends = column("timing.window_end")
             unrecorded = commits.map(unrecorded_window_end)
             latest = latest.assign(**{"timing.window_end": ends.where(~timed | ends.notna(), unrecorded)})
         cols = {"implementation": "implementation", "shape_label": "shape", "device": "device", "status": "status",
@@ -232,20 +236,18 @@ def format_results(task: str, results_dir, last: int) -> str:
         view = latest[list(present)].rename(columns=present).sort_values(["shape", "implementation"])
         view = view.astype(object).where(view.notna(), "-")
         lines += ["\nLatest record per implementation and shape:", view.to_string(index=False, na_rep="-")]
-        if "timing.window_end" in latest.columns and (latest["timing.window_end"] == "device_sync").any():
+        if (column("timing.window_end") == "device_sync").any():
             lines.append(
                 "window end device_sync: the device was synchronized inside each timed window, which read "
                 "1-5% above the GPU's time (harness/bench.py); compare such rows with each other only."
             )
-        if "copy_floor_fraction" in latest.columns and "environment.git_commit" in latest.columns:
-            commits = latest["environment.git_commit"]
-            memcpy = latest["copy_floor_fraction"].notna() & (commits == MEMCPY_COPY_FLOOR_COMMIT)
-            if memcpy.any():
-                runs = ", ".join(sorted(set(latest.loc[memcpy, "run_id"])))
-                lines.append(
-                    f"copy floor of commit {MEMCPY_COPY_FLOOR_COMMIT[:7]} (runs {runs}): a memcpy node, slower than "
-                    "a kernel at some sizes (harness/bench.py); the other rows' copy floor is a kernel."
-                )
+        memcpy = column("copy_floor_fraction").notna() & (commits == MEMCPY_COPY_FLOOR_COMMIT)
+        if memcpy.any():
+            runs = ", ".join(sorted(set(latest.loc[memcpy, "run_id"])))
+            lines.append(
+                f"copy floor of commit {MEMCPY_COPY_FLOOR_COMMIT[:7]} (runs {runs}): a memcpy node, slower than "
+                "a kernel at some sizes (harness/bench.py); the other rows' copy floor is a kernel."
+            )
     for problem in skipped_runs + skipped:
         lines.append(f"warning: {problem}")
     return "\n".join(lines)
