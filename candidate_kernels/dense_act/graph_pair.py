@@ -12,7 +12,19 @@ between processes by the same 0.56 us. Here element counts up to 64 rows of 3276
 the pair as graph replays (Triton's do_bench_cudagraph); larger ones keep the default, where a
 launch is small against the kernel. Nothing else changes: the kernel, the pair and the numerics
 are sized_blocks'.
-Not yet run on a GPU.
+Measured on the H200 (fifteenth session, commit f947493, results/gpu_logs/2026-12-02-session15b),
+  `harness run task=dense_act "candidates=[graph_pair,sized_blocks]" bench.max_seconds=3`, p50 us
+  (p20-p80) against the torch.compile timed in the same child:
+  T=1      1.20 (1.20-1.20) / 1.20 (1.20-1.20)        tie
+  T=3      1.30 (1.30-1.30) / 1.29 (1.29-1.31)        tie
+  T=8      2.02 (2.01-2.02) / 2.04                    faster
+  T=64     3.68 (3.67-3.69) / 3.69                    tie (sized_blocks' child: its compile 4.20)
+  T=1000   31.64 (31.61-31.67) / 31.66                tie
+  T=16384  459.76 (459.49-460.00) / 459.94            tie, at the copy bandwidth
+  One launch moving the same bytes took 1.17 / 1.26 / 1.91 / 3.62 us at T = 1 / 3 / 8 / 64 (95-98%).
+  Goal (not slower than compile anywhere): met in this one run. sized_blocks ran 3.68 us at T=64
+  too; the compile's own time there moved between 3.69 and 4.20 us from child to child. Not
+  promoted: no speedup beyond noise on every shape.
 
 Numerics: exactly sized_blocks' (reference_model/ops.py swiglu):
   out = bf16((g * sigmoid(g)) * u),  g = f32(gate), u = f32(up)      one rounding point

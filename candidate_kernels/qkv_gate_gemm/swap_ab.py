@@ -40,6 +40,12 @@ Measured on the H200, tenth session (results/gpu_logs/2026-12-01-session10*/), t
   TFLOP/s against cuBLAS's ~760). The autotuner took (64, 128, 4, 4) row tiles at T <= 16,
   (128, 128, 4, 8) at T=64 (4 warps at b5a4d35, before graph-timed tuning) and TMA (128, 128, 64,
   4, 8) at T=1000.
+  Later runs, the same command under the end-event timer (results/README.md): 7aef336 (fourteenth
+  session) 35.51 / 36.50, 35.44 / 36.82, 36.17 / 35.82, 37.49 / 39.29, 229.34 / 187.38; c370ca5
+  (fifteenth) 36.10 / 37.02, 35.98 / 37.34, 36.71 / 36.48, 38.09 / 40.11, 229.76 / 190.22 (T = 1 /
+  3 / 8 / 64 / 1000), where one launch moving the same 147 MB took 36.06-36.69 us in the same child
+  (96-101% of it). T=1 misses 35.5 by 0.01-0.60 us, T=8 by 0.67-1.21, where cuBLAS was 0.23-0.35
+  us faster in both runs.
   Nsight Compute, one cold call (0bdba4f): T=1 37.3 us, 83.2% of DRAM peak, 149.2 MB from DRAM (the
   floor's 146.8 plus 1.6%), 62 registers, two 4-warp programs per SM (12.5% occupancy); T=8 38.0 us,
   81.8%. As tma_swap (b5a4d35, one program of 128 rows per SM): T=1 36.8 us, 84.5%.
