@@ -13,7 +13,17 @@ BLOCK_K] tile: x is loaded and converted once per K block for all of them (no 3-
 no layout conversion through shared memory), which divides the x traffic by BLOCK_E, for 128 or
 64 programs instead of 256. The autotuner (graph-timed) chooses between them and the one-row
 configs.
-Not yet run on a GPU.
+Measured on the H200 (fifteenth session, commit cb89452, results/gpu_logs/2026-12-02-session15d),
+  `harness run task=router_gemm "candidates=[shared_x,swap_ab_bf16x3]"`, p50 us, shared_x /
+  swap_ab_bf16x3 / the compile in shared_x's child: T=1 3.72 / 3.69 / 6.57, T=3 4.63 / 4.63 / 16.03,
+  T=8 4.99 / 4.98 / 19.97, T=64 9.24 / 9.28 / 19.07, T=1000 49.16 / 49.17 / 80.55.
+  The idea did not pay: the graph-timed autotuner ranked every 2- and 4-row config below the
+  one-row ones and took the parent's configs at every bucket (1-row whole rows, 8 warps at T = 1
+  and 8, 4 warps at T = 3; BF16x3 (16, 64, 16) at T = 64), so both files ran the same code and the
+  same times. Offline SASS (`harness inspect`) shows what the extra rows cost at T = 8: each row's
+  [BLOCK_T, BLOCK_K] sum is its own block reduction through shared memory (29 barriers for 2 rows,
+  89-101 for 4, against 14 for one) and 2-row programs need 128-184 registers; the x traffic they
+  save was not what bounded T = 8. Not promoted (swap_ab_bf16x3 stays: best again, 2.420x).
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
