@@ -11,7 +11,11 @@ speedup over any baseline (p50 ratio) is promoted.
 
 The promotion in force changes only when the candidate in force was evaluated in the same run
 (so the two were compared on the same machine, same process conditions), or when none is in force.
-A promoted candidate that fails parity in a later run is withdrawn.
+A challenger then also must not be slower than the candidate in force on any shape by what
+`harness review` calls a regression (regression.compare_same_run: disjoint p20..p80 bands and a p50
+more than `max_regression_pct` slower): a better geomean does not buy a slower shape in the optimized
+model. A blocked challenger gives way to the next eligible one by score; when none is left, the
+promotion in force stays. A promoted candidate that fails parity in a later run is withdrawn.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from harness.records import (
     read,
     task_results_dir,
 )
+from harness.regression import Thresholds, compare_same_run
 
 REQUIRED_BASELINES = ("reference", "torch_compile")
 
@@ -100,11 +105,27 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
     )
 
 
+def regressions(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord],
+                max_regression_pct: float = Thresholds.min_pct) -> list[str]:  # fmt: skip
+    """The shapes where `challenger` is slower beyond noise than `incumbent` (same run), described."""
+    theirs = {r.shape_label: r.timing for r in incumbent if r.timing is not None}
+    found = []
+    for r in challenger:
+        old = theirs.get(r.shape_label)
+        if r.timing is None or old is None:
+            continue
+        verdict = compare_same_run(r.timing, old, max_regression_pct)
+        if verdict.verdict == "regression":
+            found.append(f"{r.shape_label}: {verdict.reason}")
+    return found
+
+
 def decide(
     records: Sequence[EvaluationRecord],
     task_shapes: Sequence[str],
     current: PromotionRecord | None,
     environment: dict[str, Any],
+    max_regression_pct: float = Thresholds.min_pct,
 ) -> tuple[PromotionRecord | None, list[Assessment], str]:
     """The promotion record this run's records call for (None: no change), the assessments, and why."""
     candidates: dict[str, list[EvaluationRecord]] = {}
@@ -140,16 +161,28 @@ def decide(
                 "evaluate it beside the others to change the promotion"
             ),
         )
-    eligible = [a for a in assessments if a.eligible]
+    eligible = sorted((a for a in assessments if a.eligible), key=lambda a: a.score or 0.0, reverse=True)
     if not eligible:
         return None, assessments, "no candidate beats every baseline beyond noise on every shape"
-    best = max(eligible, key=lambda a: a.score or 0.0)
-    if current is not None and current.action == "promote" and current.content_hash == best.content_hash:
-        return None, assessments, f"{best.candidate} stays promoted (best again, geomean speedup {best.score:.3f}x)"
+    in_force = current.content_hash if current is not None and current.action == "promote" else None
+    blocked: list[str] = []
+    for best in eligible:
+        if best.content_hash == in_force:
+            again = "best again" if not blocked else "the best of the others"
+            stays = f"{best.candidate} stays promoted ({again}, geomean speedup {best.score:.3f}x)"
+            return None, assessments, "; ".join([stays, *blocked])
+        slower = regressions(candidates[best.content_hash], candidates.get(in_force, []), max_regression_pct)
+        if not slower:
+            break
+        blocked.append(f"{best.candidate} (geomean {best.score:.3f}x) not promoted: slower than the promoted "
+                       f"{current.candidate} on {'; '.join(slower)}")  # fmt: skip
+    else:
+        return None, assessments, "; ".join(blocked)
     record = PromotionRecord(
         task=records[0].task, action="promote", candidate=best.candidate, path=best.path,
         content_hash=best.content_hash, run_id=run_id, evidence=best.evidence,
-        reason=f"beats every baseline beyond noise on every shape; geomean of worst speedups {best.score:.3f}x",
+        reason="; ".join([f"beats every baseline beyond noise on every shape; geomean of worst speedups "
+                          f"{best.score:.3f}x", *blocked]),
         speedups=best.speedups, environment=environment,
     )  # fmt: skip
     return record, assessments, record.reason

@@ -34,7 +34,7 @@ from harness import candidates as candidate_files
 from harness import promote, promoted_source, review_git, runner
 from harness.environment import REPO_ROOT
 from harness.records import EvaluationRecord, PromotionRecord, Status, now_utc
-from harness.regression import compare_same_run
+from harness.regression import Thresholds, compare_same_run
 from harness.report import Change, Gate, Review, TaskReview, Verdict, review_html, review_markdown
 
 REVIEW_DIR = "review"  # <results_dir>/review/<stamp>/ unless out_dir is given
@@ -48,7 +48,8 @@ class ReviewSettings(runner.EvaluationSettings):
     task: str = ""  # the task of `candidates` that are not in candidate_kernels/<task>/
     out_dir: str | None = None  # default: <results_dir>/review/<UTC stamp>
     repo_dir: str | None = None  # the repository under review; default: this one
-    # Inherited `promote` is ignored: a review never writes a promotion.
+    # Inherited `promote` is ignored: a review never writes a promotion. Inherited `max_regression_pct`
+    # is also the threshold of its regression verdicts against the promoted kernel.
 
 
 # ---- verdicts: a pure function of the run's records ---------------------------------------------------
@@ -74,19 +75,21 @@ def judge(
     promoted: PromotionRecord | None,
     promoted_name: str | None,
     task_shapes: Sequence[str],
+    max_regression_pct: float = Thresholds.min_pct,
 ) -> tuple[dict[str, Verdict], str]:
     """Every change's verdict, and what `harness run` would decide on these records."""
     decision, assessments, reason = None, [], "nothing was evaluated"
     if records:
-        decision, assessments, reason = promote.decide(records, task_shapes, promoted, records[0].environment)
+        env = records[0].environment
+        decision, assessments, reason = promote.decide(records, task_shapes, promoted, env, max_regression_pct)
     by_hash = {a.content_hash: a for a in assessments}
     verdicts = {}
     for c in changes:
-        verdicts[c.path] = _verdict(c, records, promoted, promoted_name, decision, by_hash, reason)
+        verdicts[c.path] = _verdict(c, records, promoted, promoted_name, decision, by_hash, reason, max_regression_pct)
     return verdicts, reason
 
 
-def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reason) -> Verdict:
+def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reason, max_regression_pct) -> Verdict:
     if c.kind == "deleted":
         if _replaces_promoted(c, promoted):
             why = (f"deletes the promoted kernel of `{c.task}` (`{promoted.candidate}`): the optimized model would "
@@ -109,7 +112,7 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
         for r in rows:
             o = old.get(r.shape_label)
             if r.timing is not None and o is not None and o.timing is not None:
-                against[r.shape_label] = compare_same_run(r.timing, o.timing)
+                against[r.shape_label] = compare_same_run(r.timing, o.timing, max_regression_pct)
     unchecked = ""
     if _replaces_promoted(c, promoted) and not promoted_name:
         unchecked = "; the promoted version it replaces was not evaluated beside it, so no regression check ran"
@@ -328,7 +331,7 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
             result = runner.evaluate(task, to_run, evaluation, echo=echo) if loaded else None
             records = result.records if result else ()
             verdicts, reason = judge(changes, records, promoted, promoted_name if result else None,
-                                     [s.label for s in task.shapes])  # fmt: skip
+                                     [s.label for s in task.shapes], settings.max_regression_pct)  # fmt: skip
             hashes = {c.content_hash for c in changes if c.content_hash}
             tasks.append(TaskReview(
                 name, changes, verdicts, records, result.run.run_id if result else None, promoted,

@@ -110,6 +110,9 @@ class EvaluationSettings:
     benchmark: bool = True  # time on the GPU (never on CPU)
     baselines: bool = True  # evaluate torch.compile and library baselines beside the candidates (GPU)
     promote: bool = True  # write the promotion decision
+    # A challenger slower than the promoted kernel on any shape, bands apart and by more than this
+    # percentage of its p50, does not replace it (harness/promote.py).
+    max_regression_pct: float = 5.0
     settle_s: float = 0.05  # wait after each call before re-reading outputs (async work check)
     results_dir: str | None = None  # default: <repo>/results
     cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, peers, flashinfer)
@@ -134,6 +137,8 @@ class EvaluationSettings:
             problems.append(f"configs must be auto, chosen or all; got {self.configs!r}")
         if self.budget_s < 0:
             problems.append(f"budget_s must be >= 0 (0: no budget); got {self.budget_s}")
+        if self.max_regression_pct < 0:
+            problems.append(f"max_regression_pct must be >= 0; got {self.max_regression_pct}")
         if self.parity_timeout_s <= 0 or self.bench_timeout_s <= 0 or self.settle_s < 0:
             problems.append(f"timeouts must be > 0 and settle_s >= 0; got parity_timeout_s={self.parity_timeout_s}, "
                             f"bench_timeout_s={self.bench_timeout_s}, settle_s={self.settle_s}")  # fmt: skip
@@ -762,7 +767,7 @@ def evaluate(
     if settings.promote:
         current = promote.promoted(task.name, settings.results_path)
         all_shapes = [s.label for s in task.shapes]
-        promotion, assessments, reason = promote.decide(records, all_shapes, current, env)
+        promotion, assessments, reason = promote.decide(records, all_shapes, current, env, settings.max_regression_pct)
         if promotion is not None:
             append(results / PROMOTIONS_FILE, promotion)
     statuses = {}

@@ -167,6 +167,21 @@ def test_deleting_the_promoted_kernel_fails_the_gate_and_a_same_speed_edit_does_
     assert verdicts[edit.path].gate_ok and verdicts[edit.path].reason.endswith("so no regression check ran")
 
 
+def test_the_regression_threshold_of_a_review_is_its_max_regression_pct_setting():
+    """An edit of the promoted kernel 3% slower, bands apart: steady at the default 5%, a regression at 2%."""
+    slower = [r for r in fixed_records() if r.implementation != "row_per_program"]
+    slower += [record("row_per_program", s, p50, timing=band(p50, 0.01))
+               for s, p50 in (("T=1", 2.4 * 1.03), ("T=16384", 200.0 * 1.03))]  # fmt: skip
+    slower = [r if r.implementation != "row_per_program@promoted" else EvaluationRecord(**{**r.__dict__,
+              "timing": band(r.timing.p50_us, 0.01)}) for r in slower]  # fmt: skip
+    edit = next(c for c in fixed_changes() if c.kind == "modified")
+    verdicts, _ = review.judge((edit,), slower, PROMOTED, "row_per_program@promoted", SHAPES)
+    assert {c.verdict for c in verdicts[edit.path].against_promoted.values()} == {"steady"}
+    verdicts, _ = review.judge((edit,), slower, PROMOTED, "row_per_program@promoted", SHAPES, max_regression_pct=2.0)
+    assert {c.verdict for c in verdicts[edit.path].against_promoted.values()} == {"regression"}
+    assert not verdicts[edit.path].gate_ok
+
+
 def test_the_markdown_report_matches_the_stored_file():
     text = review_markdown(fixed_review())
     if os.environ.get("BEAM_REGENERATE_EXPECTED"):

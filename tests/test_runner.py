@@ -331,6 +331,49 @@ def test_the_promotion_in_force_changes_only_when_it_was_compared():
     assert record.action == "promote" and record.candidate == "challenger"
 
 
+def test_a_better_geomean_does_not_buy_a_shape_slower_than_the_promoted_kernel():
+    current = _promotion("incumbent")
+    incumbent = [_rec("incumbent", s, 3.0, BASE) for s in SHAPES]
+    # the best geomean (5x at T=1), but 16.7% slower than the incumbent at T=16384, bands apart
+    lopsided = [_rec("lopsided", "T=1", 1.0, BASE), _rec("lopsided", "T=16384", 3.5, BASE)]
+    record, _, reason = promote.decide(incumbent + lopsided, SHAPES, current, ENV)
+    assert record is None and reason.startswith("incumbent stays promoted (the best of the others")
+    assert "lopsided (geomean 2.673x) not promoted: slower than the promoted incumbent on T=16384" in reason
+    # the next eligible challenger by score that slows no shape is promoted, and the record says who gave way
+    steady = [_rec("steady", s, 2.9, BASE) for s in SHAPES]
+    record, _, _ = promote.decide(incumbent + lopsided + steady, SHAPES, current, ENV)
+    assert record.candidate == "steady" and "lopsided (geomean 2.673x) not promoted" in record.reason
+    # slower with the bands apart, but by 3%: within the default 5%, not within a 2% setting
+    close = [_rec("close", "T=1", 1.0, BASE), _rec("close", "T=16384", 3.09, BASE, spread=0.005)]
+    assert promote.decide(incumbent + close, SHAPES, current, ENV)[0].candidate == "close"
+    record, _, reason = promote.decide(incumbent + close, SHAPES, current, ENV, max_regression_pct=2.0)
+    assert record is None and "close (geomean" in reason
+    # no promotion in force: nothing to regress against
+    assert promote.decide(incumbent + lopsided, SHAPES, None, ENV)[0].candidate == "lopsided"
+
+
+@pytest.mark.parametrize(
+    ("run_id", "incumbent", "challenger", "slower"),
+    [("20261202T065658-e9a046", "splitk_bf16x3", "row_vector", "T=64"),
+     ("20261202T070842-823784", "row_vector", "swap_ab_bf16x3", "T=1000")],
+)  # fmt: skip
+def test_the_router_promotions_of_the_fifteenth_session_would_now_be_refused(run_id, incumbent, challenger, slower):
+    """Committed H200 records: row_vector was promoted with T=64 at 16.28 us against the promoted
+    splitk_bf16x3's 9.82 in the same run, swap_ab_bf16x3 with T=1000 at 48.34 against row_vector's 44.92."""
+    from tasks import TASKS
+
+    results = REPO_ROOT / "results" / "router_gemm"
+    records = [r for r in read(results / RECORDS_FILE, EvaluationRecord)[0] if r.run_id == run_id]
+    current = next(p for p in promote.history("router_gemm", REPO_ROOT / "results") if p.candidate == incumbent)
+    shapes = [s.label for s in TASKS["router_gemm"].shapes]
+    record, _, reason = promote.decide(records, shapes, current, records[0].environment)
+    assert record is None and f"{incumbent} stays promoted" in reason
+    assert f"{challenger} (geomean" in reason and f"slower than the promoted {incumbent} on {slower}:" in reason
+    # the rule this replaced: the best geomean, whatever it slowed
+    loose = promote.decide(records, shapes, current, records[0].environment, max_regression_pct=1000.0)[0]
+    assert loose.candidate == challenger
+
+
 def test_a_promoted_candidate_that_fails_parity_is_withdrawn(tmp_path):
     current = _promotion("incumbent")
     failing = [
