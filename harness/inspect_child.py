@@ -4,7 +4,9 @@
 
 The child enters the sandbox (harness/sandbox.py), imports the candidate, and calls its launcher on
 each requested GPU shape's inputs, made on the CPU. No kernel runs: `Autotuner.run` and
-`JITFunction.run` are replaced by a recorder of the launch (the kernel, its arguments). Each
+`JITFunction.run` are replaced by a recorder of the launch (the kernel, its arguments), and a
+launcher that asks torch.cuda.get_device_properties (to size a persistent grid) is told the H200's
+figures (H200_PROPERTIES). Each
 recorded launch is then compiled, for every config its autotuner could choose, with
 `triton.compile` for sm_90a (the H100 / H200), specialized as a launch on the GPU would be (see
 `signature`), and `ptxas -v` reports its registers and spills. What comes out per
@@ -44,6 +46,11 @@ SM_SHARED_BYTES = 233472  # 228 KB
 SHARED_RESERVED_PER_PROGRAM = 1024  # the driver's share of every block
 REGISTER_ALLOCATION_UNIT = 256  # registers, per warp
 TENSOR_BASE_ALIGNMENT = 16  # Triton's divisibility specialization (tt.divisibility = 16)
+# What a launcher sizing its grid from the device is told here (no GPU): the lent H200's figures
+# (../shared/TOOLCHAIN.md: 132 SMs, 60 MB L2; sm_90's 227 KB of shared memory per block).
+H200_PROPERTIES = {"name": "NVIDIA H200 (inspect stand-in)", "major": 9, "minor": 0, "multi_processor_count": 132,
+                   "L2_cache_size": 60 * 1024 * 1024, "shared_memory_per_block_optin": 232448,
+                   "total_memory": 141 * 10**9}  # fmt: skip
 
 # PTX global memory instructions: the access size of one instruction, in bytes.
 _ACCESS_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "b32": 4, "u32": 4, "s32": 4,
@@ -295,10 +302,20 @@ def _describe(config: Any) -> str:
     return ", ".join(parts + ([f"maxnreg={config.maxnreg}"] if config.maxnreg else []))
 
 
+def stand_in_device_properties(torch: Any) -> None:
+    """torch.cuda.get_device_properties answers with H200_PROPERTIES: a launcher that sizes its grid
+    from the SM count (a persistent kernel) launches as it would on the H200, and no CUDA is needed."""
+    from types import SimpleNamespace
+
+    torch.cuda.get_device_properties = lambda device=None: SimpleNamespace(**H200_PROPERTIES)
+
+
 def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> None:
     import torch
 
     from tasks import get_task
+
+    stand_in_device_properties(torch)
 
     task = get_task(request["task"])
     monitor = sandbox.Monitor(writable=(os.path.realpath(request["scratch"]),),
