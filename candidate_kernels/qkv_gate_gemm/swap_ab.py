@@ -46,6 +46,11 @@ Measured on the H200, tenth session (results/gpu_logs/2026-12-01-session10*/), t
   3 / 8 / 64 / 1000), where one launch moving the same 147 MB took 36.06-36.69 us in the same child
   (96-101% of it). T=1 misses 35.5 by 0.01-0.60 us, T=8 by 0.67-1.21, where cuBLAS was 0.23-0.35
   us faster in both runs.
+  Until the fifteenth session (since, not yet run on a GPU) T = 1, 3 and 8 shared one bucket (token
+  tile 16), tuned on the first call of a process, T = 1 in the harness: the (64, 128, 4, 4) tile it
+  took is also T = 8's, where each of its 224 programs reads all of x (80 KB, 18 MB through L2 in
+  all); T = 8 ran 0.6-0.7 us slower than T = 1 in both runs above. Now each power of two of T is
+  its own bucket, tuned on its own, and T <= 8 takes a token tile of 8 (wgmma's smallest N).
   Nsight Compute, one cold call (0bdba4f): T=1 37.3 us, 83.2% of DRAM peak, 149.2 MB from DRAM (the
   floor's 146.8 plus 1.6%), 62 registers, two 4-warp programs per SM (12.5% occupancy); T=8 38.0 us,
   81.8%. As tma_swap (b5a4d35, one program of 128 rows per SM): T=1 36.8 us, 84.5%.
@@ -66,16 +71,16 @@ zeros. Deterministic run to run; the order differs from cuBLAS's, as any two GEM
 judges this output against FP64 only.
 
 Launch: one program per token tile and BLOCK_N rows of W (or per equal run of rows, at most
-BLOCK_N, with PROGRAMS_PER_SM > 0). T <= 64 is one token tile (BLOCK_T = T rounded up to 16..64);
+BLOCK_N, with PROGRAMS_PER_SM > 0). T <= 64 is one token tile (BLOCK_T = T rounded up to 8..64);
 T > 64 (prefill) takes 64-128 token tiles in grouped order, GROUP_T token tiles per W row tile
 while it is in L2. Configs (BLOCK_N, BLOCK_K, stages, warps, TMA, PROGRAMS_PER_SM) are autotuned per
-token bucket, decode buckets timed as CUDA-graph replays (_time_config); the winner is
-`_qkv_kernel.best_config`. The first call per bucket benchmarks every config (it synchronizes): call
-once before capturing a CUDA graph. TMA needs 16-byte aligned bases and row strides (D % 8 == 0):
-other inputs run the plain-load configs only. In-kernel descriptors need a scratch allocation per
-launch (128 bytes per descriptor and program): the launcher sets Triton's allocator (a context
-variable) to one that takes it from torch's caching allocator on the current stream, so CUDA graph
-capture works.
+token bucket (T rounded up to a power of two), decode buckets timed as CUDA-graph replays
+(_time_config); the winner is `_qkv_kernel.best_config`. The first call per bucket benchmarks every
+config (it synchronizes): call once before capturing a CUDA graph. TMA needs 16-byte aligned bases
+and row strides (D % 8 == 0): other inputs run the plain-load configs only. In-kernel descriptors
+need a scratch allocation per launch (128 bytes per descriptor and program): the launcher sets
+Triton's allocator (a context variable) to one that takes it from torch's caching allocator on the
+current stream, so CUDA graph capture works.
 
 Shape legend: T tokens, D hidden (the reduction, K), N packed output rows (q | k | v | gate).
 """
@@ -92,7 +97,7 @@ CANDIDATE = {
     "author": "human",
     "model": None,
     "parent": "stream_k",
-    "idea": "swap-AB weight stream: W rows as wgmma's M, tokens padded to 16 as N; TMA tiles for prefill",
+    "idea": "swap-AB weight stream: W rows as wgmma's M, tokens padded to 8 as N; TMA tiles for prefill",
 }
 
 # TRITON_INTERPRET is read when kernels are decorated; the interpreter runs one config (no autotuning).
@@ -101,12 +106,13 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 DECODE_MAX_T = 64  # up to here one token tile covers T and W is read exactly once
 SMEM_PER_CTA = 227 * 1024  # H100/H200: the most shared memory one CTA may take
 INTERPRETER_SMS = 5  # CPU stand-in for the SM count: N = 192 rows in runs of 39
+MIN_TOKEN_TILE = 8  # wgmma's smallest N
 
 
 def _t_bucket(T: int) -> int:
-    """Autotuning key for the token count: T rounded up to a power of two, at least 16 (the MMA's
-    smallest side), capped at 1024. Decode buckets are their own token tile."""
-    return min(max(16, triton.next_power_of_2(T)), 1024)
+    """Autotuning key for the token count: T rounded up to a power of two, capped at 1024. Each decode
+    bucket is tuned on its own; its token tile is the bucket, at least MIN_TOKEN_TILE."""
+    return min(triton.next_power_of_2(T), 1024)
 
 
 def _configs() -> list[triton.Config]:
@@ -138,7 +144,7 @@ def _configs() -> list[triton.Config]:
             num_stages=s,
             num_warps=w,
         )
-        for t in (16, 32, 64)
+        for t in (8, 16, 32, 64)
         for n, k, s, w, p in decode
     ]
     configs += [
@@ -176,7 +182,11 @@ def _prune(configs, named_args, **kwargs):
     kept = [
         c
         for c in configs
-        if ((c.kwargs["GROUP_T"] > 1) if prefill else (c.kwargs["GROUP_T"] == 1 and c.kwargs["BLOCK_T"] == t_bucket))
+        if (
+            (c.kwargs["GROUP_T"] > 1)
+            if prefill
+            else (c.kwargs["GROUP_T"] == 1 and c.kwargs["BLOCK_T"] == max(MIN_TOKEN_TILE, t_bucket))
+        )
         and (tma_ok or not c.kwargs["TMA"])
         and (
             c.kwargs["PROGRAMS_PER_SM"] == 0
