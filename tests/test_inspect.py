@@ -127,7 +127,7 @@ def test_inspect_compiles_every_config_of_a_real_candidate_for_the_h200(tmp_path
 def test_a_launcher_that_asks_the_device_for_its_sm_count_is_told_the_h200s(tmp_path):
     """qkv_gate_gemm/swap_ab sizes its grid from torch.cuda.get_device_properties: without the
     stand-in, inspect on a machine without CUDA recorded no_launch ('Torch not compiled with CUDA')."""
-    result = harness("inspect", "task=fuse_norm", f"candidate={FIXTURES / 'fuse_norm' / 'persistent_grid.py'}",
+    result = harness("inspect", "task=fuse_norm", f"candidate={FIXTURES / 'inspect' / 'persistent_grid.py'}",
                      f"results_dir={tmp_path}")  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     (record,) = _records(tmp_path)
