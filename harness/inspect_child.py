@@ -241,6 +241,11 @@ class Launch:
     options: dict[str, Any]  # compile options given at the launch (enable_fp_fusion, num_warps, ...)
     heuristics: list[dict[str, Any]] = field(default_factory=list)  # triton.heuristics between autotuner and kernel
 
+    def derived(self, config: Any) -> dict[str, Any]:
+        """The values the heuristics compute for this config (not the config's own)."""
+        meta = self.meta(config)
+        return {name: meta[name] for rules in self.heuristics for name in rules if name not in config.kwargs}
+
     def meta(self, config: Any) -> dict[str, Any]:
         """The config's meta-parameters, then the heuristics' values computed from everything given."""
         names = list(inspect.signature(self.fn.fn).parameters)
@@ -295,9 +300,10 @@ def config_options(config: Any, launch_options: dict[str, Any]) -> dict[str, Any
     return options
 
 
-def _describe(config: Any) -> str:
-    """The config as the tables show it: Q_HEADS=16, warps=4, stages=3[, maxnreg=96]."""
-    parts = [f"{k}={v}" for k, v in config.kwargs.items()]
+def _describe(config: Any, derived: dict[str, Any] | None = None) -> str:
+    """The config as the tables show it: Q_HEADS=16, warps=4, stages=3[, maxnreg=96]; the values
+    triton.heuristics derived at the launch follow its own meta-parameters (BLOCK_T=64, ...)."""
+    parts = [f"{k}={v}" for k, v in {**config.kwargs, **(derived or {})}.items()]
     parts += [f"warps={config.num_warps}", f"stages={config.num_stages}"]
     return ", ".join(parts + ([f"maxnreg={config.maxnreg}"] if config.maxnreg else []))
 
@@ -348,17 +354,19 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         for launch in launches:
             for config in launch.configs:
                 options = config_options(config, launch.options)
+                described = _describe(config)
                 try:
+                    described = _describe(config, launch.derived(config))
                     sig, consts, divisible = signature(launch.fn, launch.args, launch.kwargs, launch.meta(config))
                     key = (launch.kernel, json.dumps([sig, {k: repr(v) for k, v in consts.items()}, divisible,
                                                       options], sort_keys=True))  # fmt: skip
                     if key not in done:
                         done[key] = compile_figures(launch.fn, sig, consts, divisible, options)
                     figures = done[key]
-                    report.emit("compiled", shape=label, kernel=launch.kernel, config=_describe(config),
+                    report.emit("compiled", shape=label, kernel=launch.kernel, config=described,
                                 figures=asdict(figures), signature=sig, after_launch=after)  # fmt: skip
                 except Exception as e:  # a config that does not compile is a finding, the others go on
-                    report.emit("compile_error", shape=label, kernel=launch.kernel, config=_describe(config),
+                    report.emit("compile_error", shape=label, kernel=launch.kernel, config=described,
                                 message=f"{type(e).__name__}: {e}"[:2000])  # fmt: skip
     report.emit("done", violations=list(monitor.violations))
 

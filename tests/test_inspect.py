@@ -84,6 +84,24 @@ def test_launch_arguments_are_specialized_as_on_the_gpu():
     assert divisible == ["x_ptr", "n"]  # y[1:] starts 4 bytes in; 3 is not a multiple of 16
 
 
+def test_a_config_is_described_with_the_values_its_heuristics_derive():
+    """router_gemm's BLOCK_T comes from triton.heuristics (the token bucket): without it two rows of the
+    table at T=8 and T=64 read the same config while they compiled different tiles."""
+    import triton
+    import triton.language as tl
+    from triton.runtime.jit import JITFunction
+
+    def body(x_ptr, t_bucket, USE_MMA: tl.constexpr, BLOCK_T: tl.constexpr):
+        tl.store(x_ptr + tl.arange(0, BLOCK_T), 0.0)
+
+    rules = {"BLOCK_T": lambda args: max(args["t_bucket"], 16) if args["USE_MMA"] else args["t_bucket"]}
+    config = triton.Config({"USE_MMA": True}, num_warps=4, num_stages=3)
+    launch = inspect_child.Launch("k", JITFunction(body), [config], (None, 8), {}, {}, [rules])
+    assert launch.derived(config) == {"BLOCK_T": 16}
+    assert inspect_child._describe(config, launch.derived(config)) == "USE_MMA=True, BLOCK_T=16, warps=4, stages=3"
+    assert inspect_child._describe(config) == "USE_MMA=True, warps=4, stages=3"  # no heuristics: as before
+
+
 def test_host_tma_descriptors_are_specialized_by_dtype_and_block_shape():
     import torch
     import triton.language as tl
