@@ -19,6 +19,7 @@ them inside the list, and quote the whole override for the shell, as above.
 
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field
 
@@ -181,6 +182,11 @@ def format_run(result: runner.RunResult) -> str:
 
 
 # ---- results -----------------------------------------------------------------------------------------
+def _label_key(label: str) -> tuple:
+    """Shape labels in numeric order: 'T=8' before 'T=64' before 'T=1000' ('sliding T=3' before 'sliding T=16384')."""
+    return tuple(int(part) if part.isdigit() else part for part in re.split(r"(\d+)", label))
+
+
 def results(settings: ResultsSettings) -> int:
     try:
         task = _task_or_error(settings.task)
@@ -233,7 +239,10 @@ def format_results(task: str, results_dir, last: int) -> str:
                 "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor",
                 "copy_floor_fraction": "copy floor", "run_id": "run"}  # fmt: skip
         present = {k: v for k, v in cols.items() if k in latest.columns}
-        view = latest[list(present)].rename(columns=present).sort_values(["shape", "implementation"])
+        view = latest[list(present)].rename(columns=present)
+        shapes, names = view["shape"].tolist(), view["implementation"].tolist()
+        view = view.iloc[sorted(range(len(view)), key=lambda i: (_label_key(shapes[i]), names[i]))]
+        view = view.round({"p50 us": 2, "vs reference": 2, "vs torch_compile": 2, "floor": 3, "copy floor": 3})
         view = view.astype(object).where(view.notna(), "-")
         lines += ["\nLatest record per implementation and shape:", view.to_string(index=False, na_rep="-")]
         if (column("timing.window_end") == "device_sync").any():

@@ -204,3 +204,17 @@ def test_the_results_table_says_which_copy_floors_timed_a_memcpy_node(tmp_path):
     append(path, _record(implementation="first", run_id="run-kernel-2", copy_floor_us=1.0, copy_floor_fraction=0.46,
                          created_utc="2026-12-02T07:00:00+00:00"))  # fmt: skip
     assert "a memcpy node" not in format_results("fuse_norm", tmp_path, 5)  # only the latest rows are listed
+
+
+def test_the_results_table_lists_shapes_in_numeric_order(tmp_path):
+    """'T=8' before 'T=64' before 'T=1000', each shape's implementations by name (not 'T=1000' after 'T=1')."""
+    from harness.run_cmd import format_results
+
+    path = tmp_path / "fuse_norm" / RECORDS_FILE
+    for label, name in (("T=1000", "b"), ("T=64", "a"), ("T=8", "b"), ("T=8", "a"), ("T=1", "a"), ("T=16384", "a")):
+        append(path, _record(implementation=name, shape_label=label))
+    table = format_results("fuse_norm", tmp_path, 5)
+    rows = [line.split()[:2] for line in table.split("Latest record per implementation and shape:")[1].splitlines()]
+    listed = [row for row in rows if len(row) == 2 and row[1].startswith("T=")]
+    expected = [["a", "T=1"], ["a", "T=8"], ["b", "T=8"], ["a", "T=64"], ["b", "T=1000"], ["a", "T=16384"]]
+    assert listed == expected, table
