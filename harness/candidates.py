@@ -6,7 +6,9 @@ top-level function named like the reference op (`Task.op_name`) exists, and read
 `CANDIDATE = {...}` literal with `ast.literal_eval`. Only a sandboxed child process imports it.
 
 Identity is the content hash (SHA-256 of the file's bytes): two files with the same bytes are one
-candidate, and an edited file is a new candidate.
+candidate, and an edited file is a new candidate. Beside it, `code_hash` hashes what runs: the
+syntax tree without docstrings (comments and layout never reach it), so that an edit of a promoted
+kernel's header or comments can be told apart from a change of its code (`harness rehash`).
 """
 
 from __future__ import annotations
@@ -82,6 +84,46 @@ class Candidate:
 
 def content_hash(source: bytes) -> str:
     return hashlib.sha256(source).hexdigest()
+
+
+def _code_tree(source: bytes) -> ast.Module:
+    """The syntax tree of `source` with the docstrings of the module, its classes and functions removed."""
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                if isinstance(body[0].value.value, str):
+                    node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def code_hash(source: bytes) -> str:
+    """SHA-256 of the code of `source`: its syntax tree without docstrings, comments, layout or line numbers.
+    Raises SyntaxError for a file that does not parse."""
+    return hashlib.sha256(ast.dump(_code_tree(source)).encode()).hexdigest()
+
+
+def code_differences(old: bytes, new: bytes) -> list[str]:
+    """The top-level statements whose code differs between two versions of a file, by name where they have
+    one (functions, classes, assigned names), in `new`'s order; removed ones last."""
+
+    def named(source: bytes) -> dict[str, str]:
+        out: dict[str, str] = {}
+        for i, node in enumerate(_code_tree(source).body):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                key = node.name
+            elif isinstance(node, ast.Assign | ast.AnnAssign):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                key = ", ".join(ast.unparse(t) for t in targets)
+            else:
+                key = f"statement {i + 1} ({type(node).__name__})"
+            out[key] = out.get(key, "") + ast.dump(node)
+        return out
+
+    before, after = named(old), named(new)
+    changed = [k for k, dump in after.items() if before.get(k) != dump]
+    return changed + [f"{k} (removed)" for k in before if k not in after]
 
 
 def task_dir(task: str) -> Path:

@@ -66,6 +66,8 @@ COMMANDS: tuple[Command, ...] = (
             "base=<rev> head=<rev> or candidates=[...]: evaluate changed candidates, PR report, CI gate"),
     Command(("nightly",), "harness.nightly", "NightlySettings", "main",
             "every task again: promoted kernels re-validated against history, dated summary, resumable"),
+    Command(("rehash",), "harness.rehash", "RehashSettings", "main",
+            "task=<t>: keep the promotion through an edit of the promoted kernel's docstrings or comments only"),
 )  # fmt: skip
 
 

@@ -164,11 +164,13 @@ def evaluate_task(name: str, settings: NightlySettings, echo: Callable[[str], No
             message = f"the evaluation failed: {type(e).__name__}: {e}"
             return "error", [Finding("failure", name, "harness", message, True)], {"error": message}
     after = promote.promoted(name, results)
+    lineage = tuple(r.content_hash for r in promote.same_code_chain(name, before, results)) if before else ()
     evidence = TaskEvidence(
         task=name, records=result.records, promoted_before=before, promoted_name=promoted_name, promoted_note=note,
         promotion=result.promotion, promotion_reason=result.promotion_reason,
         history=_history(results, name, result.run.run_id), contract_failures=tuple(contract), in_force_after=after,
         loadable_problem=promoted_source.loadable_problem(REPO_ROOT, after) if after else None,
+        promoted_lineage=lineage,
     )  # fmt: skip
     findings, details = assess(evidence, settings.regression)
     run = result.run  # also when nothing was evaluated (no candidate, no promoted kernel on this device)

@@ -14,12 +14,14 @@ library or driver change), and failures of candidates that are not promoted.
 
 History is the task's earlier records from COMPLETE runs (a run record exists: a run killed half
 way leaves records without one, and they are ignored), on the same GPU model, passed and timed with
-windows that ended alike (records.WINDOW_ENDS: the harness's older windows read 1-5% slower).
+windows that ended alike (records.WINDOW_ENDS: the harness's older windows read 1-5% slower). The
+promoted kernel's history also holds the timings of the bytes it replaced through documentation-only
+edits (`harness rehash`: the same code).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,16 +62,26 @@ class TaskEvidence:
     contract_failures: tuple[tuple[str, str], ...] = ()  # (path, why) of files that break the contract
     in_force_after: PromotionRecord | None = None
     loadable_problem: str | None = None  # why the optimized model cannot load `in_force_after`
+    # Content hashes whose timings are the promoted kernel's history: its own and those of the same code
+    # that it carries through documentation-only edits (promote.same_code_chain).
+    promoted_lineage: tuple[str, ...] = ()
 
 
-def history_timings(history: Sequence[EvaluationRecord], shape: str, gpu: str, window_end: str, *,
-                    candidate_hash: str | None = None, implementation: str | None = None) -> list[Timing]:  # fmt: skip
-    """Passed, timed measurements of one kernel (by hash) or baseline (by name) on one shape and GPU, with
-    windows that ended alike (records.WINDOW_ENDS), oldest first."""
+def history_timings(
+    history: Sequence[EvaluationRecord],
+    shape: str,
+    gpu: str,
+    window_end: str,
+    *,
+    candidate_hashes: Collection[str] = (),
+    implementation: str | None = None,
+) -> list[Timing]:
+    """Passed, timed measurements of one kernel (by its hashes) or baseline (by name) on one shape and GPU,
+    with windows that ended alike (records.WINDOW_ENDS), oldest first."""
     rows = [r for r in history
             if r.shape_label == shape and r.device == "cuda" and r.environment.get("device") == gpu
             and r.status is Status.PASSED and r.timing is not None and r.timing.window_end == window_end
-            and (r.candidate_hash == candidate_hash if candidate_hash else
+            and (r.candidate_hash in candidate_hashes if candidate_hashes else
                  r.implementation == implementation)]  # fmt: skip
     return [r.timing for r in sorted(rows, key=lambda r: r.created_utc)]
 
@@ -125,9 +137,9 @@ def assess(e: TaskEvidence, thresholds: Thresholds) -> tuple[list[Finding], dict
                    "timing": _timing_dict(r.timing), "speedups": dict(r.speedups), "timing_skipped": r.timing_skipped,
                    "comparison": None}  # fmt: skip
             if r.timing is not None:
-                past = history_timings(
-                    e.history, r.shape_label, gpu, r.timing.window_end, candidate_hash=r.candidate_hash
-                )
+                same_code = e.promoted_lineage if r.candidate_hash in e.promoted_lineage else ()
+                past = history_timings(e.history, r.shape_label, gpu, r.timing.window_end,
+                                       candidate_hashes={r.candidate_hash, *same_code})  # fmt: skip
                 cmp = compare_to_history(r.timing, past, thresholds)
                 row["comparison"] = cmp.to_dict()
                 if cmp.verdict in ("regression", "faster"):

@@ -186,7 +186,8 @@ def load_candidate_op(choice: CandidateChoice) -> Callable:
         raise StaleCandidateError(
             f"task {choice.task!r}: candidate {str(path)!r} ({choice.origin}) has content hash {found}, "
             f"expected {choice.content_hash}: the file changed after it was chosen; re-run "
-            f"`harness run task={choice.task}` to evaluate (and promote) the new version"
+            f"`harness run task={choice.task}` to evaluate (and promote) the new version, or, where only its "
+            f"docstrings or comments changed, `harness rehash task={choice.task}` to carry the promotion over"
         )
     module = _MODULES.get(found)
     if module is None:

@@ -202,3 +202,13 @@ def promoted(task: str, results_dir: Path | str | None = None) -> PromotionRecor
     if not records or records[-1].action != "promote":
         return None
     return records[-1]
+
+
+def same_code_chain(task: str, record: PromotionRecord, results_dir: Path | str | None = None) -> list[PromotionRecord]:
+    """`record` and the promotions it carries through documentation-only edits (`same_code_as`, harness
+    rehash), newest first: the last one is the promotion the evidence was measured for."""
+    by_hash = {r.content_hash: r for r in history(task, results_dir) if r.action == "promote"}
+    chain = [record]
+    while chain[-1].same_code_as and chain[-1].same_code_as in by_hash and len(chain) <= len(by_hash):
+        chain.append(by_hash[chain[-1].same_code_as])
+    return chain

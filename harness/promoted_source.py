@@ -29,11 +29,15 @@ def loadable_problem(repo: Path, promotion: PromotionRecord) -> str | None:
     path = full_path(repo, promotion)
     if not path.is_file():
         return f"the promoted kernel's file `{promotion.path}` does not exist"
-    actual = candidate_files.content_hash(path.read_bytes())
-    if actual != promotion.content_hash:
-        return (f"`{promotion.path}` holds other bytes (`{actual[:12]}`) than the promoted `{promotion.candidate}` "
-                f"(`{promotion.content_hash[:12]}`)")  # fmt: skip
-    return None
+    data = path.read_bytes()
+    actual = candidate_files.content_hash(data)
+    if actual == promotion.content_hash:
+        return None
+    problem = (f"`{promotion.path}` holds other bytes (`{actual[:12]}`) than the promoted `{promotion.candidate}` "
+               f"(`{promotion.content_hash[:12]}`)")  # fmt: skip
+    if same_code(repo, promotion, data):
+        problem += f"; only docstrings or comments differ: `harness rehash task={promotion.task}` records the new bytes"
+    return problem
 
 
 def find_bytes(repo: Path, promotion: PromotionRecord) -> tuple[bytes, str] | None:
@@ -46,6 +50,16 @@ def find_bytes(repo: Path, promotion: PromotionRecord) -> tuple[bytes, str] | No
         if found is not None:
             return found[1], f"`{promotion.path}` at `{found[0][:12]}` (the file has changed since)"
     return None
+
+
+def same_code(repo: Path, promotion: PromotionRecord, data: bytes) -> bool:
+    """Whether `data` is the promoted kernel's code, docstrings and comments aside (candidates.code_hash);
+    False when the promoted bytes are gone or either version does not parse."""
+    found = find_bytes(repo, promotion)
+    try:
+        return found is not None and candidate_files.code_hash(data) == candidate_files.code_hash(found[0])
+    except SyntaxError:
+        return False
 
 
 def beside(

@@ -255,6 +255,9 @@ class PromotionRecord:
 
     action "promote" puts `content_hash` in force; "withdraw" retracts the promotion in force
     (it failed parity in a later run). The last record of promotions.jsonl is in force.
+    `same_code_as` is set by `harness rehash`: the file was edited in its docstrings or comments
+    only, and this record moves the promotion of `same_code_as` (the same code, candidates.code_hash)
+    to the new bytes, with its evidence.
     """
 
     task: str
@@ -269,10 +272,13 @@ class PromotionRecord:
     environment: dict[str, Any]
     promotion_id: str = field(default_factory=new_id)
     created_utc: str = field(default_factory=now_utc)
+    same_code_as: str = ""  # a content hash: this record moves its promotion to new bytes of the same code
 
     def __post_init__(self) -> None:
         _require(self.action in ("promote", "withdraw"), f"action must be promote or withdraw; got {self.action!r}")
         _require(len(self.content_hash) == 64, f"content_hash must be 64 hex chars; got {self.content_hash!r}")
+        _require(not self.same_code_as or len(self.same_code_as) == 64,
+                 f"same_code_as must be empty or 64 hex chars; got {self.same_code_as!r}")  # fmt: skip
         _require(bool(self.evidence), "a promotion record must cite the records it rests on")
         _check_finite_numbers(self.to_dict(), f"promotion {self.task}/{self.candidate}")
 

@@ -297,6 +297,20 @@ def _given_changes(repo: Path, paths: Sequence[str], task_name: str) -> dict[str
     return by_task
 
 
+def _promoted_edit_note(
+    repo: Path, c: Change, cand: candidate_files.Candidate | None, promoted: PromotionRecord | None
+) -> str:
+    """What merging an edit of the promoted kernel's file does to the optimized model, which loads only the
+    promoted bytes (empty when `c` is not such an edit, or the promotion names its bytes already)."""
+    if cand is None or not _replaces_promoted(c, promoted) or cand.content_hash == promoted.content_hash:
+        return ""
+    if promoted_source.same_code(repo, promoted, cand.path.read_bytes()):
+        return (f"; a documentation-only edit of the promoted kernel (the same code): the optimized model refuses "
+                f"the new bytes until `harness rehash task={c.task}` records them")  # fmt: skip
+    return (f"; edits the promoted kernel's code: the optimized model refuses the new bytes until they are "
+            f"promoted (`harness run task={c.task}` on a GPU)")  # fmt: skip
+
+
 # ---- the command -----------------------------------------------------------------------------------------
 def run_review(settings: ReviewSettings, echo=print) -> Review:
     """Evaluate what changed and build the Review (nothing written but the runner's records)."""
@@ -332,6 +346,10 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
             records = result.records if result else ()
             verdicts, reason = judge(changes, records, promoted, promoted_name if result else None,
                                      [s.label for s in task.shapes], settings.max_regression_pct)  # fmt: skip
+            for c, cand in entries:
+                note = _promoted_edit_note(repo, c, cand, promoted)
+                if note:
+                    verdicts[c.path] = dataclasses.replace(verdicts[c.path], reason=verdicts[c.path].reason + note)
             hashes = {c.content_hash for c in changes if c.content_hash}
             tasks.append(TaskReview(
                 name, changes, verdicts, records, result.run.run_id if result else None, promoted,
