@@ -18,8 +18,25 @@ Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
   T=1      41 KB   -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
   T=16384  671 MB  -> 157.0 us (goal <= 165 us, >= 95% of the copy ceiling)
 packed_ring on the H200 (thirteenth session, 4d58156, results/README.md): T=1 2.63 us (goal <= 2.3),
-T=16384 171.12 us. Not yet measured: this file; at T=16384 the autotuner is expected to keep the
-ring (the new configs are plain ones).
+T=16384 171.12 us.
+
+Measured on the H200 (fourteenth session, results/README.md; `harness run task=fuse_norm
+"candidates=[row_warps,packed_ring]"` at 8d10065, then beside the same-bytes copy at 7aef336), p50 us,
+bit-exact with the reference at every shape:
+  T=1 2.63 / 2.61, T=3 2.93 / 3.04, T=8 3.22 / 3.31, T=64 4.01 / 4.16, T=1000 12.96 / 12.79,
+  T=16384 171.20 / 171.86 (92% of the floor); in-child torch.compile (which fails parity) 3.06 /
+  3.04 at T=1 and 184.93 / 187.23 at T=16384. Promoted over packed_ring on an autotuner pick at
+  T=1000 (12.96 against packed_ring's 19.50, which ran 12.92 with the same config before).
+  Its autotuner took none of the new 8- and 16-warp plain configs: at T <= 64 this file ran
+  packed_ring's configs, and the same figures within 0.03 us.
+Goals missed:
+  - T=1 <= 2.3 us, by 0.31-0.33 us. One launch moving the same bytes took 1.09 us in the same child
+    (7aef336): the kernel's own chain (one row per program; two block-wide reductions of exact FP64
+    sums, three rounding points) takes the rest. Offline SASS of the winning 4-warp plain config:
+    1312 instructions (122 FP64, 82 conversions), 6 barriers, no spills.
+  - T=16384 <= 165 us, by 6.2-6.9 us: 92% of the 157.0 us floor; Nsight Compute read 78.2% of DRAM
+    peak for the ring (tma_ring, 171.4 us); two torch copies of the same traffic took 164.8-167.2 us
+    in one process (eleventh session).
 
 Numerics: those of persistent_prefetch.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1

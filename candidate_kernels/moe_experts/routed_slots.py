@@ -33,6 +33,10 @@ Third session (commit 73ee016): T=1 157.4 us (100% of the floor), T=3 430.8, T=8
   T=1000 5941 us; torch._grouped_mm 326.7 / 734.7 / 1638 / 5680 / 7211 us: faster than every
   baseline on every shape, not promoted because torch.compile was left out of its benchmark child
   (dynamo's recompile limit at T >= 64; handled per shape since 2ba66b8).
+Promoted in the fourth session (0133681; `harness run task=moe_experts`): T=1 159.3 us (93% of the
+  floor), T=3 424.1, T=8 1031.8, T=64 3905.3, T=1000 5673.5 us; the in-child torch.compile 488.8 /
+  1354.7 / 3538.4 / 61294.9 us at T = 1 / 3 / 8 / 64. In the whole model (fifteenth session, `harness
+  bench model`) the decode step with every promoted kernel took 1.931 ms, 1.20x its 1.608 ms floor.
 
 Numerics (reference_model/ops.py moe_experts; the rounding points of three BF16 GEMMs):
   gate = bf16(x Wg^T), up = bf16(x Wu^T)       FP32 accumulation, rounded once each

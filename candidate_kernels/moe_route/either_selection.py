@@ -21,7 +21,15 @@ Measured on the H200 (sixth session, commit 17c0f30, results/README.md): T=1 3.6
   T=8 3.60, T=64 3.65, T=16384 39.91 (PACKED at T <= 1024, not PACKED at T=16384): the three goals
   met by one kernel; packed_keys beside it 4.27 / 3.57 / 3.89 / 3.68 / 50.39 us. T=1000 read
   34.05 us against packed_keys' 14.78 with the same (packed) path chosen: the 3-call event windows
-  of that run, since replaced (1062fb4). Not promoted there; not yet run with the new windows.
+  of that run, since replaced (1062fb4). Not promoted there.
+Promoted in the seventh session (9a3c8c6): T=1 3.54, T=3 3.53, T=8 3.60, T=64 3.61, T=1000 8.31,
+  T=16384 31.61 us. Newest (fifteenth session, c370ca5, end-event windows; `harness run
+  task=moe_route "candidates=[either_selection]" bench.max_seconds=3`): T=1 3.30, T=3 3.33, T=8 3.37,
+  T=64 3.42, T=1000 5.99, T=16384 28.98 us, against flashinfer's fused DeepSeek top-k at 4.73 / 4.74
+  / 4.75 / 5.83 / 8.51 / 46.05 and the in-child torch.compile at 34.45 (T=1) and 595.50 (T=16384)
+  in its child; expert ids identical to the reference everywhere. The goals (4 / 5 / 40 us) are met.
+  One launch moving the same bytes took 1.13-1.33 us at T <= 64: the rest is the selection's chain
+  of dependent reductions (8 top-k steps after the group step).
 
 Numerics (reference_model/ops.py moe_route, BEAM.md §4), for both methods:
 - s = 1 / (1 + exp(-x)) in FP32, the formula of torch's CUDA sigmoid, with libdevice's __nv_expf

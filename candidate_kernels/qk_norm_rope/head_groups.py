@@ -18,6 +18,17 @@ Measured on the H200 (second session, commit 2a30055; results/README.md): p50 sl
   missed at T=16384 by 132 us (sliding) and 51 us (global).
 Config sweep (third session, plain process): T=16384 198.1 us sliding, 169.9 us global at best
   (16 query heads per program, 2 warps; 32 / 64 heads with 8 warps 205-245 us); T=1 2.00 / 2.09 us.
+Newest (fourteenth session, 8d10065, the harness's end-event windows; `harness run task=qk_norm_rope
+"candidates=[token_ring,head_groups]" bench.max_seconds=3`), p50 us, sliding / global:
+  T=1 1.69 / 1.50, T=3 1.78 / 1.61, T=8 1.95 / 1.88, T=64 2.61 / 2.39, T=1000 10.92 / 11.07,
+  T=16384 166.99 (81% of the floor) / 145.21 (92%); the in-child torch.compile, which fails parity,
+  took 455.75 / 142.61 at T=16384.
+  Goals: T=1 met. T=16384 missed by 27.0 us (sliding) and 10.2 us (global). Sliding: a program
+  loads its RoPE row only after the first reduction, two memory latencies in a row, on nearly the
+  bytes of the global layer; token_ring (a TMA ring of whole tokens) ran 152.92 in the same run but
+  is not faster than the compile beyond noise at global T=16384, so this file stays promoted. Global: 92% of the floor; torch's own copies of q, k and v
+  took 131.9-132.4 us in graph replays of one process (thirteenth session), Inductor's two
+  persistent reductions 139.74 us (and 1 ulp off on 26% of q).
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3), FP32 math, the reference's rounding
 points:
@@ -52,7 +63,7 @@ rotation pairs registers without shuffles. At T = 1 the 4 (Q_HEADS = 16) program
 parallel, each one load round trip deep; at T = 16384 there are 65536 small programs. Q_HEADS and
 num_warps are autotuned per (H, K, Dh, variant, T bucket), buckets of T <= 64 timed as CUDA-graph
 replays (_time_config; the default timing picked configs 10-18% off at T = 3 and 8, part 1 of the
-third session; not yet run on a GPU).
+third session).
 
 Shape legend: T tokens, H query heads, K kv heads, Dh head dim, S cache slots, P table positions.
 """

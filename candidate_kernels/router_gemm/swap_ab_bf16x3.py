@@ -17,14 +17,32 @@ parent splitk_bf16x3 9.82 at T = 64 in the same run (fifteenth session). Two cau
     row_vector's took (64, 64, 32), which replayed in 16.28 us, where its parent's pick (16, 64, 8)
     took 9.82. Buckets up to 64 tokens are now timed as CUDA-graph replays, as the harness times
     them (the other tasks' candidates do the same).
-Not yet run on a GPU.
+
+Measured on the H200 (fifteenth session, results/README.md; `harness run task=router_gemm
+"candidates=[swap_ab_bf16x3,row_vector]"` at f947493, again beside shared_x at cb89452), p50 us:
+  T=1 3.69 / 3.69, T=3 4.63 / 4.63, T=8 4.99 / 4.98, T=64 9.29 / 9.28, T=1000 48.34 / 49.17;
+  in-child torch.compile 6.60, 16.03, 20.00, 19.01, 80.47; promoted (geomean of worst speedups 2.429x).
+  The gain over row_vector came from the graph-timed tuning, not the transposed MMA: forcing every
+  config in one process (router_sweep2.py), the FMA rows won at T <= 8 (3.81 / 4.71 / 5.03 us), the
+  BF16x3 configs took 6.9-7.2 us there whatever T, and at T = 64 the best was (16, 64, 16), mma.sync
+  tiles of 16 weight rows, 9.43 us; the wgmma tiles of 64 rows took 14.1 us and more.
+  T=1000 is 3.4 us slower than row_vector in the same run (48.34 against 44.92): a shape of prefill.
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.7 / 1.5 / 3.3 us. Why, as measured:
+  - T=1: one launch moving the same 5.25 MB took 3.04 us in the same child, and a plain read of W
+    alone 3.12 us at best of 30 layouts (fourteenth session): the goal is below every read of the
+    weight measured on this machine; the kernel is at 82% of the copy launch.
+  - T=8 and 64 (Nsight Compute, one cold call each): T=8 6.7 us, 16.6% of DRAM peak, 128 registers,
+    19.3% achieved occupancy, issue slots 36.7% used: with the whole-row FMA config each of 256
+    programs also reads all of x (80 KB) from L2. T=64 10.6 us, 11.6% of DRAM peak, the conversion
+    pipe (W's three BF16 casts and two back) the busiest at 37% of active cycles, then the split-K
+    fixup (an atomic arrival, then the last program's reads of every partial).
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
   T=8   5.33 MB -> 1.25 us (goal <= 3.5 us)
   T=64  6.03 MB -> 1.41 us (goal <= 6.0 us)
-One launch moving the same bytes (the harness's copy floor) replayed in 3.02-3.03 us at T = 1 / 8
-(fifteenth session).
+One launch moving the same bytes (the harness's copy floor) replayed in 3.03-3.05 us at T <= 8 and
+3.22-3.23 at T = 64 (fifteenth session).
 
 Numerics (reference_model/ops.py router_logits, BEAM.md §4.1): BF16 x upcast exactly, FP32 weights,
 FP32 accumulation, FP32 logits, no TF32 anywhere.
