@@ -36,7 +36,7 @@ from harness.records import (
     read,
     task_results_dir,
 )
-from harness.regression import Thresholds, compare_same_run
+from harness.regression import Comparison, Thresholds, compare_same_run
 
 REQUIRED_BASELINES = ("reference", "torch_compile")
 
@@ -105,19 +105,19 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
     )
 
 
+def same_run_comparisons(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord],
+                         max_regression_pct: float = Thresholds.min_pct) -> dict[str, Comparison]:  # fmt: skip
+    """`challenger` against `incumbent` (records of one run) on every shape both were timed on."""
+    theirs = {r.shape_label: r.timing for r in incumbent if r.timing is not None}
+    return {r.shape_label: compare_same_run(r.timing, theirs[r.shape_label], max_regression_pct)
+            for r in challenger if r.timing is not None and r.shape_label in theirs}  # fmt: skip
+
+
 def regressions(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord],
                 max_regression_pct: float = Thresholds.min_pct) -> list[str]:  # fmt: skip
     """The shapes where `challenger` is slower beyond noise than `incumbent` (same run), described."""
-    theirs = {r.shape_label: r.timing for r in incumbent if r.timing is not None}
-    found = []
-    for r in challenger:
-        old = theirs.get(r.shape_label)
-        if r.timing is None or old is None:
-            continue
-        verdict = compare_same_run(r.timing, old, max_regression_pct)
-        if verdict.verdict == "regression":
-            found.append(f"{r.shape_label}: {verdict.reason}")
-    return found
+    compared = same_run_comparisons(challenger, incumbent, max_regression_pct)
+    return [f"{shape}: {c.reason}" for shape, c in compared.items() if c.verdict == "regression"]
 
 
 def decide(

@@ -34,7 +34,7 @@ from harness import candidates as candidate_files
 from harness import promote, promoted_source, review_git, runner
 from harness.environment import REPO_ROOT
 from harness.records import EvaluationRecord, PromotionRecord, Status, now_utc
-from harness.regression import Thresholds, compare_same_run
+from harness.regression import Thresholds
 from harness.report import Change, Gate, Review, TaskReview, Verdict, review_html, review_markdown
 
 REVIEW_DIR = "review"  # <results_dir>/review/<stamp>/ unless out_dir is given
@@ -108,11 +108,8 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
         return Verdict(c.path, "reject", problem, False, problem)
     against: dict[str, Any] = {}
     if _replaces_promoted(c, promoted) and promoted_name and promoted_name != c.candidate:
-        old = {r.shape_label: r for r in records if r.implementation == promoted_name}
-        for r in rows:
-            o = old.get(r.shape_label)
-            if r.timing is not None and o is not None and o.timing is not None:
-                against[r.shape_label] = compare_same_run(r.timing, o.timing, max_regression_pct)
+        old = [r for r in records if r.implementation == promoted_name]
+        against = promote.same_run_comparisons(rows, old, max_regression_pct)
     unchecked = ""
     if _replaces_promoted(c, promoted) and not promoted_name:
         unchecked = "; the promoted version it replaces was not evaluated beside it, so no regression check ran"

@@ -69,6 +69,7 @@ from harness.records import (
     append,
     task_results_dir,
 )
+from harness.regression import Thresholds
 from tasks.task import Shape, Task
 
 DEFAULT_CACHE_DIR = Path.home() / ".cache" / "beam-harness"
@@ -112,7 +113,7 @@ class EvaluationSettings:
     promote: bool = True  # write the promotion decision
     # A challenger slower than the promoted kernel on any shape, bands apart and by more than this
     # percentage of its p50, does not replace it (harness/promote.py).
-    max_regression_pct: float = 5.0
+    max_regression_pct: float = Thresholds.min_pct
     settle_s: float = 0.05  # wait after each call before re-reading outputs (async work check)
     results_dir: str | None = None  # default: <repo>/results
     cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, peers, flashinfer)
