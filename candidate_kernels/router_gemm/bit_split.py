@@ -1,61 +1,56 @@
-"""router_gemm: swap_ab_bf16x3 with a third path for 2-64 tokens, an FP32 dot on the CUDA cores (no split).
+"""router_gemm: swap_ab_bf16x3 with the FP32 weight split into BF16 parts by truncation, in integer ops.
 
 Author: human (kernels team, issue 4), hand-written. Parent: swap_ab_bf16x3.py (promoted in the
-fifteenth session), whose FMA rows, BF16x3 path, split-K fixup and graph-timed tuning it keeps.
+fifteenth session), whose FMA rows, transposed BF16x3 MMAs, split-K fixup, configs and graph-timed
+tuning it keeps.
 
-Why. At T = 64 the parent's best config, BF16x3 tiles of 16 weight rows split 16 ways, replayed in
-9.29-9.43 us on the H200, where one launch moving the same bytes took 3.23 (fifteenth session); its
-BF16x3 configs took 6.9-7.2 us even at T = 1-8, whatever T. Nsight Compute at T = 64: 11.6% of
-DRAM peak, 11.1% achieved occupancy, the conversion pipe the busiest at 37% of active cycles (the
-weight's three BF16 casts and two back, per element). The tensor cores' speed is not what the
-product needs there: 64 x 5120 x 256 is 84 M FMAs, 2.5 us of the H200's FP32 pipes (132 SMs x 128
-lanes x 1.98 GHz) at full issue. So this file adds FP32 dot configs: per K block, tl.dot of the
-FP32 weight tile [BLOCK_E, BLOCK_K] and x^T [BLOCK_K, BLOCK_T] (x upcast exactly) with
-input_precision="ieee", which Triton lowers to FFMA outer products from shared memory on the CUDA
-cores: no split, no conversion of W, no tensor cores. Offline for sm_90a at T = 64 (`harness
-inspect`): the 4-warp tiles take 190-255 registers and those with 64-wide K blocks spill, so 8-warp
-tiles are tried too ((16, 32, 16): 121 registers, no spills, 20 KB of shared memory). The
-autotuner (graph-timed up to 64 tokens) chooses between them, the parent's BF16x3 configs and the
-FMA rows.
+What changes, and why. The parent's BF16x3 configs replayed in 6.9-7.1 us at T = 3 and 8 on the H200,
+whatever the config's tile, where its FMA rows read the same weight in 3.7-5.1 us (sixteenth session,
+router_sweep3.py); at T = 64 its best took 9.3 us. Nsight Compute at T = 64 (fifteenth session) found
+the conversion pipe the busiest unit, at 37% of active cycles: the parent splits each FP32 weight
+element with three rounding casts to BF16 and two casts back (w -> hi, w - hi -> mid, rest -> lo),
+and the weight tile is converted once per token tile, so that cost is the same at T = 3 and T = 64.
+Here each part is the upper half of an FP32 bit pattern: hi = the top 16 bits of w (w truncated
+toward zero to 8 significant bits), rest = w - hi in FP32 (exact), mid = the top 16 bits of rest,
+lo = rest - mid (exact, at most 8 significant bits, so its top 16 bits are all of it). Shifts and
+two FP32 subtractions; no cast that rounds. Offline SASS for sm_90a (`harness inspect`, T = 64, the
+parent's pick (16, 64, 16)): 1259 instructions and no conversions, against 1364 with 64; but 153
+registers against 127 (3 programs per SM instead of 4), so that config and its 8-way neighbour
+are also offered capped at 128 registers (125, 4 per SM).
 Not yet run on a GPU.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
   T=8   5.33 MB -> 1.25 us (goal <= 3.5 us)
-  T=64  6.03 MB -> 1.41 us (goal <= 6.0 us); 84 M FP32 FMAs -> 2.5 us on the CUDA cores at full issue
-One launch moving the same bytes (the harness's copy floor) replayed in 3.04-3.05 us at T = 1 / 8
-and 3.23 at T = 64 (fifteenth session).
+  T=64  6.03 MB -> 1.41 us (goal <= 6.0 us)
+One launch moving the same bytes (the harness's copy floor) replayed in 3.04-3.05 us at T <= 8 and
+3.23 at T = 64 (fifteenth session).
 
 Numerics (reference_model/ops.py router_logits, BEAM.md §4.1): BF16 x upcast exactly, FP32 weights,
 FP32 accumulation, FP32 logits, no TF32 anywhere.
-- FMA rows: fma(x, w, acc) chains of D / (SPLIT_K * BLOCK_K) terms per lane, then a tree over the
-  BLOCK_K lanes, then the splits in K order (compensated): blocked summation, error below cuBLAS's.
-- FP32 dot: per BLOCK_K block each output is one chain of BLOCK_K FMAs in IEEE FP32 (input_precision
-  "ieee": no TF32), then the blocks and the splits are added compensated (Kahan), as in the
-  BF16x3 path. A chain of 32-64 FMAs per block, with every block's sum carried near one rounding,
-  is blocked summation with short blocks. The interpreter computes tl.dot with numpy (its own
-  order): on the CPU parity checks the indexing, the GPU run checks the arithmetic.
-- BF16x3 path: each FP32 weight tile is split exactly into three BF16 tiles, w = hi + mid + lo
-  (hi = bf16(w), mid = bf16(w - hi), lo = w - hi - mid, at most 8 significant bits, exact for
-  |w| > 2^-110); x is BF16, so every product is exact in FP32. Per BLOCK_K block the three MMAs
-  chain in the tensor cores' FP32 accumulator (lo, then mid, then hi: small terms first), and the
-  block's sum is added to the running FP32 accumulator with a compensated (Kahan) IEEE add, as are
-  the split-K partials in the fixup.
+- FMA path (the parent's): fma(x, w, acc) chains of D / (SPLIT_K * BLOCK_K) terms per lane, then a
+  tree over the BLOCK_K lanes, then the splits in K order (compensated).
+- BF16x3 path: w = hi + mid + lo exactly, each part a BF16 (truncated rather than rounded parts:
+  a different exact split of the same w, exact for |w| > 2^-110 as the parent's); x is BF16, so
+  every product is exact in FP32. Per BLOCK_K block the three MMAs chain in the tensor cores' FP32
+  accumulator (lo, then mid, then hi: small terms first), and the block's sum is added to the
+  running FP32 accumulator with a compensated (Kahan) IEEE add, as are the split-K partials in
+  the fixup. The parts differ from the parent's, so the tensor cores' in-MMA alignment may round
+  differently: both sit near one final rounding of the exact sum (parity checks it against FP64).
 - Why compensate: the parity policy allows at most 1.05x the reference's own FP64 error, and both
   are ~1e-7, so a merely reordered FP32 sum would pass or fail by luck. Compensated, the error is
   close to one final rounding, well below cuBLAS's.
 - Determinism: the split-K partials are summed in K order by whichever program arrives last, so
-  the result does not depend on arrival order. It does depend on the config (path, BLOCK_K,
-  SPLIT_K), which the autotuner picks once per T bucket (cached on the machine: see below).
+  the result does not depend on arrival order. It does depend on the config (BLOCK_K, SPLIT_K),
+  which the autotuner picks once per T bucket (cached on the machine: see below).
 
 Launch: grid (cdiv(E, BLOCK_E), SPLIT_K, cdiv(T, BLOCK_T)). Configs are autotuned per T bucket
-(prune below): FMA rows for T <= 16 (one expert row per program, BLOCK_T = T rounded up to a power
-of two, K loop unrolled so that every load of a program is in flight at once), FP32 dot configs
-for 2 <= T <= 64 and BF16x3 configs for T >= 2 (BLOCK_E 16-64 weight rows, BLOCK_T = T rounded up
-to 8..64 tokens, pipelined K loop). Buckets up to 64 tokens are timed as CUDA-graph replays, larger
-ones by Triton's default. The config that won is `_router_kernel.best_config`. The first call per
-T bucket benchmarks every config (it synchronizes): call once before capturing a CUDA graph;
-replays never tune.
+(prune below): FMA configs for T <= 16 (one expert row per program, BLOCK_T = T rounded up to a
+power of two, K loop unrolled so that every load of a program is in flight at once), BF16x3
+configs for T >= 2 (BLOCK_E 16-64 weight rows, BLOCK_T = T rounded up to 8..64 tokens, pipelined K
+loop). Buckets up to 64 tokens are timed as CUDA-graph replays, larger ones by Triton's default.
+The config that won is `_router_kernel.best_config`. The first call per T bucket benchmarks every
+config (it synchronizes): call once before capturing a CUDA graph; replays never tune.
 Not reentrant across streams: two concurrent calls on one device share the tile counters.
 
 Shape legend: T tokens, D hidden, E experts, K the reduction (= D).
@@ -73,7 +68,7 @@ CANDIDATE = {
     "author": "human",
     "model": None,
     "parent": "swap_ab_bf16x3",
-    "idea": "swap_ab_bf16x3 plus FP32 dot tiles on the CUDA cores (no split of W) for 2-64 tokens",
+    "idea": "swap_ab_bf16x3 with W split into BF16 parts by truncation (integer shifts), not three rounding casts",
 }
 
 # TRITON_INTERPRET is read when kernels are decorated. The interpreter runs one config, no
@@ -85,7 +80,6 @@ FMA_MAX_T = 16  # the FMA path's register tile [BLOCK_T, BLOCK_K] grows with T
 MMA_MIN_T = 2  # one token: the FMA row is a plain read of W, nothing for the tensor cores to save
 MMA_MIN_BLOCK_T, MMA_MAX_BLOCK_T = 8, 64  # the token side is the MMA's N: a multiple of 8
 GRAPH_TIMED_T = 64  # buckets timed as CUDA-graph replays while tuning
-FP32_DOT_MAX_T = 64  # above, the FP32 dot's FMAs outgrow the weight read: BF16x3 only
 
 
 def _t_bucket(T: int) -> int:
@@ -121,56 +115,38 @@ def _gpu_configs() -> list[triton.Config]:
         (32, 64, 1, 4, 4),  # 128, no fixup
         (16, 64, 1, 4, 4),  # 256, no fixup
     ]
-    # FP32 dot: (BLOCK_E, BLOCK_K, SPLIT_K, warps, stages), 128-512 programs at T <= 64.
-    fp32_dot = [
-        (16, 64, 16, 4, 3),  # 16 x 16 = 256 programs, 5 K blocks each
-        (16, 32, 16, 4, 3),
-        (16, 64, 8, 4, 3),  # 128, 10 K blocks
-        (16, 64, 32, 4, 3),  # 512
-        (32, 32, 16, 4, 3),  # 128
-        (32, 64, 16, 4, 3),
-        (16, 32, 16, 8, 3),  # 8 warps: at T = 64 the 4-warp tiles take 190-255 registers (offline)
-        (16, 64, 16, 8, 3),
-        (32, 32, 16, 8, 3),
-    ]
     configs = [
-        triton.Config(
-            {"USE_MMA": False, "FP32_DOT": False, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=1
-        )
+        triton.Config({"USE_MMA": False, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=1)
         for e, k, s, w in fma
     ]
     configs += [
-        triton.Config(
-            {"USE_MMA": True, "FP32_DOT": False, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=st
-        )
+        triton.Config({"USE_MMA": True, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=st)
         for e, k, s, w, st in mma
     ]
+    # The parent's T = 64 pick and its neighbour, capped at 128 registers: the truncating split takes
+    # 153 there, against the parent's 127 (offline, sm_90a), which would cost a program per SM.
     configs += [
         triton.Config(
-            {"USE_MMA": True, "FP32_DOT": True, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=st
+            {"USE_MMA": True, "BLOCK_E": 16, "BLOCK_K": 64, "SPLIT_K": s}, num_warps=4, num_stages=3, maxnreg=128
         )
-        for e, k, s, w, st in fp32_dot
+        for s in (16, 8)
     ]
     return configs
 
 
 def _interpreter_config(T: int, D: int) -> dict:
-    """CPU: the FMA rows at one token (the task's T = 1 shape, the 1-D path), the FP32 dot below 8
-    (T = 5), BF16x3 from 8, all with a 2-way split so that the fixup runs too; wide blocks at full
-    width, where the interpreter's cost is per program and per loop step. (Every GPU config also
-    runs on every CPU shape in tests/test_candidates.py.)"""
+    """CPU: FMA below 8 tokens (one expert row per program: the task's T = 1 shape runs the 1-D path,
+    T = 5 the 2-D one), BF16x3 from 8, all with a 2-way split so that the fixup runs too; wide blocks
+    at full width, where the interpreter's cost is per program and per loop step."""
     block_k = 32 if D <= 256 else 512
-    block_e = 16 if D <= 256 else 64
-    if T == 1:
-        return {"USE_MMA": False, "FP32_DOT": False, "BLOCK_E": 1, "BLOCK_K": block_k, "SPLIT_K": 2}
-    fp32_dot = T < MMA_MIN_BLOCK_T
-    return {"USE_MMA": True, "FP32_DOT": fp32_dot, "BLOCK_E": block_e, "BLOCK_K": block_k, "SPLIT_K": 2}
+    if T < MMA_MIN_BLOCK_T:
+        return {"USE_MMA": False, "BLOCK_E": 1, "BLOCK_K": block_k, "SPLIT_K": 2}
+    return {"USE_MMA": True, "BLOCK_E": 16 if D <= 256 else 64, "BLOCK_K": block_k, "SPLIT_K": 2}
 
 
 def _prune(configs, named_args, **kwargs):
-    """FMA rows for small T only, with a register tile of at most 8K FP32 per program; BF16x3 from 2
-    tokens, the FP32 dot from 2 to 64; at least 64 programs (the weight read needs the SMs), split-K
-    only up to 1024."""
+    """FMA configs for small T only, with a register tile of at most 8K FP32 per program; BF16x3
+    from 2 tokens; at least 64 programs (the weight read needs the SMs), split-K only up to 1024."""
     t_bucket, E, D = named_args["t_bucket"], named_args["E"], kwargs["D"]
     kept = []
     for c in configs:
@@ -181,8 +157,6 @@ def _prune(configs, named_args, **kwargs):
         if not use_mma and (t_bucket > FMA_MAX_T or block_t * block_e * block_k > 8192):
             continue
         if use_mma and t_bucket < MMA_MIN_T:
-            continue
-        if c.kwargs["FP32_DOT"] and t_bucket > FP32_DOT_MAX_T:
             continue
         programs = triton.cdiv(E, block_e) * split_k * triton.cdiv(t_bucket, block_t)
         if (split_k > 1 and programs > 1024) or programs < 64:  # < 64: half the SMs idle
@@ -200,6 +174,16 @@ def _time_config(kernel_call, quantiles):
     if _tuning_t_bucket[0] <= GRAPH_TIMED_T:
         return triton.testing.do_bench_cudagraph(kernel_call, quantiles=quantiles)
     return triton.testing.do_bench(kernel_call, quantiles=quantiles)
+
+
+@triton.jit
+def _bf16_head(x):
+    """(head, x - head): head = x's upper 16 bits as a BF16 (x truncated toward zero to 8 significant
+    bits), and the FP32 remainder, exact (at most 16 significant bits, the same exponent range).
+    Integer shifts and one FP32 subtraction: no rounding conversion."""
+    bits = x.to(tl.uint32, bitcast=True)
+    head = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return head, x - ((bits >> 16) << 16).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -225,8 +209,7 @@ def _router_kernel_fn(
     stride_wd,
     t_bucket,  # read by the autotuner's key and the BLOCK_T heuristic
     D: tl.constexpr,
-    USE_MMA: tl.constexpr,  # a dot path: the FP32 dot or BF16x3 (else the FMA rows)
-    FP32_DOT: tl.constexpr,  # the dot path: FP32 FFMA tiles (else BF16x3 MMAs)
+    USE_MMA: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_E: tl.constexpr,
     BLOCK_K: tl.constexpr,
@@ -248,9 +231,8 @@ def _router_kernel_fn(
     w_rows = w_ptr + offs_e.to(tl.int64)[:, None] * stride_we
 
     if USE_MMA:
-        # logits^T tile [BLOCK_E, BLOCK_T] = W [BLOCK_E, K] @ x^T [K, BLOCK_T]. BF16x3: the split weight
-        # is the MMA's A operand (registers), x^T the B operand (shared memory). FP32 dot: FFMA outer
-        # products of the FP32 tiles on the CUDA cores.
+        # logits^T tile [BLOCK_E, BLOCK_T] = W [BLOCK_E, K] @ x^T [K, BLOCK_T]: the split weight is
+        # the A operand (registers), x^T the B operand (shared memory).
         acc_ET = tl.zeros((BLOCK_E, BLOCK_T), dtype=tl.float32)
         comp_ET = tl.zeros((BLOCK_E, BLOCK_T), dtype=tl.float32)  # Kahan compensation of acc_ET
         for kb in range(kb_lo, kb_hi):
@@ -258,18 +240,14 @@ def _router_kernel_fn(
             k_ok = offs_k < D
             w_EK = tl.load(w_rows + offs_k[None, :] * stride_wd, mask=e_ok[:, None] & k_ok[None, :], other=0.0)
             x_TK = tl.load(x_rows + offs_k[None, :] * stride_xd, mask=t_ok[:, None] & k_ok[None, :], other=0.0)
-            if FP32_DOT:
-                block_ET = tl.dot(w_EK, x_TK.to(tl.float32).T, input_precision="ieee")
-            else:
-                # Exact three-way split of the FP32 weights (see header); x is BF16 already.
-                hi_EK = w_EK.to(tl.bfloat16)
-                rest_EK = w_EK - hi_EK.to(tl.float32)
-                mid_EK = rest_EK.to(tl.bfloat16)
-                lo_EK = (rest_EK - mid_EK.to(tl.float32)).to(tl.bfloat16)
-                block_ET = tl.dot(lo_EK, x_TK.T)
-                block_ET = tl.dot(mid_EK, x_TK.T, block_ET)
-                block_ET = tl.dot(hi_EK, x_TK.T, block_ET)
-            # A dot accumulates one block only; blocks are added in IEEE FP32, compensated.
+            # Exact three-way split of the FP32 weights by truncation (see header); x is BF16 already.
+            hi_EK, rest_EK = _bf16_head(w_EK)
+            mid_EK, lo_f32_EK = _bf16_head(rest_EK)
+            lo_EK, _ = _bf16_head(lo_f32_EK)  # exact: lo_f32 has at most 8 significant bits
+            block_ET = tl.dot(lo_EK, x_TK.T)
+            block_ET = tl.dot(mid_EK, x_TK.T, block_ET)
+            block_ET = tl.dot(hi_EK, x_TK.T, block_ET)
+            # The tensor cores accumulate one block only; blocks are added in IEEE FP32, compensated.
             acc_ET, comp_ET = _kahan_add(acc_ET, comp_ET, block_ET)
     else:
         # FMA, one expert row per program, in the layout of a [BLOCK_K] vector (or [BLOCK_T, BLOCK_K]
