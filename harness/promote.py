@@ -14,8 +14,11 @@ The promotion in force changes only when the candidate in force was evaluated in
 A challenger then also must not be slower than the candidate in force on any shape by what
 `harness review` calls a regression (regression.compare_same_run: disjoint p20..p80 bands and a p50
 more than `max_regression_pct` slower): a better geomean does not buy a slower shape in the optimized
-model. A blocked challenger gives way to the next eligible one by score; when none is left, the
-promotion in force stays. A promoted candidate that fails parity in a later run is withdrawn.
+model. And it must be faster than the candidate in force on at least one shape by the same measure
+(bands apart, p50 more than `max_regression_pct` faster): a geomean a fraction of a percent higher
+on times within each other's noise is a tie, and a tie does not replace the kernel in force. A
+blocked challenger gives way to the next eligible one by score; when none is left, the promotion in
+force stays. A promoted candidate that fails parity in a later run is withdrawn.
 """
 
 from __future__ import annotations
@@ -113,11 +116,20 @@ def same_run_comparisons(challenger: Sequence[EvaluationRecord], incumbent: Sequ
             for r in challenger if r.timing is not None and r.shape_label in theirs}  # fmt: skip
 
 
-def regressions(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord],
-                max_regression_pct: float = Thresholds.min_pct) -> list[str]:  # fmt: skip
-    """The shapes where `challenger` is slower beyond noise than `incumbent` (same run), described."""
+def _why_not_replace(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord], incumbent_name: str,
+                     max_regression_pct: float) -> str | None:  # fmt: skip
+    """Why `challenger` may not replace the kernel in force (same run; None: it may): a shape slower
+    beyond noise, or no shape faster beyond it."""
     compared = same_run_comparisons(challenger, incumbent, max_regression_pct)
-    return [f"{shape}: {c.reason}" for shape, c in compared.items() if c.verdict == "regression"]
+    if not compared:
+        return f"no shape was timed for both it and the promoted {incumbent_name}"
+    slower = [f"{shape}: {c.reason}" for shape, c in compared.items() if c.verdict == "regression"]
+    if slower:
+        return f"slower than the promoted {incumbent_name} on {'; '.join(slower)}"
+    if any(c.verdict == "faster" for c in compared.values()):
+        return None
+    best_shape, best = min(compared.items(), key=lambda item: item[1].change_pct)
+    return f"not faster than the promoted {incumbent_name} on any shape (its best, {best_shape}: {best.reason})"
 
 
 def decide(
@@ -171,11 +183,13 @@ def decide(
             again = "best again" if not blocked else "the best of the others"
             stays = f"{best.candidate} stays promoted ({again}, geomean speedup {best.score:.3f}x)"
             return None, assessments, "; ".join([stays, *blocked])
-        slower = regressions(candidates[best.content_hash], candidates.get(in_force, []), max_regression_pct)
-        if not slower:
+        if in_force is None:
             break
-        blocked.append(f"{best.candidate} (geomean {best.score:.3f}x) not promoted: slower than the promoted "
-                       f"{current.candidate} on {'; '.join(slower)}")  # fmt: skip
+        why = _why_not_replace(candidates[best.content_hash], candidates[in_force], current.candidate,
+                               max_regression_pct)  # fmt: skip
+        if why is None:
+            break
+        blocked.append(f"{best.candidate} (geomean {best.score:.3f}x) not promoted: {why}")
     else:
         return None, assessments, "; ".join(blocked)
     record = PromotionRecord(

@@ -111,8 +111,8 @@ class EvaluationSettings:
     benchmark: bool = True  # time on the GPU (never on CPU)
     baselines: bool = True  # evaluate torch.compile and library baselines beside the candidates (GPU)
     promote: bool = True  # write the promotion decision
-    # A challenger slower than the promoted kernel on any shape, bands apart and by more than this
-    # percentage of its p50, does not replace it (harness/promote.py).
+    # A challenger replaces the promoted kernel only if slower on no shape and faster on one, bands
+    # apart and by more than this percentage of its p50 (harness/promote.py).
     max_regression_pct: float = Thresholds.min_pct
     settle_s: float = 0.05  # wait after each call before re-reading outputs (async work check)
     results_dir: str | None = None  # default: <repo>/results
