@@ -26,7 +26,8 @@ Newest (fourteenth session, 8d10065, the harness's end-event windows; `harness r
   Goals: T=1 met. T=16384 missed by 27.0 us (sliding) and 10.2 us (global). Sliding: a program
   loads its RoPE row only after the first reduction, two memory latencies in a row, on nearly the
   bytes of the global layer; token_ring (a TMA ring of whole tokens) ran 152.92 in the same run but
-  is not faster than the compile beyond noise at global T=16384, so this file stays promoted. Global: 92% of the floor; torch's own copies of q, k and v
+  is not faster than the compile beyond noise at global T=16384, so this file stays promoted.
+  Global: 92% of the floor; torch's own copies of q, k and v
   took 131.9-132.4 us in graph replays of one process (thirteenth session), Inductor's two
   persistent reductions 139.74 us (and 1 ulp off on 26% of q).
 

@@ -46,11 +46,16 @@ Measured on the H200, tenth session (results/gpu_logs/2026-12-01-session10*/), t
   3 / 8 / 64 / 1000), where one launch moving the same 147 MB took 36.06-36.69 us in the same child
   (96-101% of it). T=1 misses 35.5 by 0.01-0.60 us, T=8 by 0.67-1.21, where cuBLAS was 0.23-0.35
   us faster in both runs.
-  Until the fifteenth session (since, not yet run on a GPU) T = 1, 3 and 8 shared one bucket (token
-  tile 16), tuned on the first call of a process, T = 1 in the harness: the (64, 128, 4, 4) tile it
-  took is also T = 8's, where each of its 224 programs reads all of x (80 KB, 18 MB through L2 in
-  all); T = 8 ran 0.6-0.7 us slower than T = 1 in both runs above. Now each power of two of T is
-  its own bucket, tuned on its own, and T <= 8 takes a token tile of 8 (wgmma's smallest N).
+  Until the fifteenth session T = 1, 3 and 8 shared one bucket (token tile 16), tuned on the first
+  call of a process, T = 1 in the harness: the (64, 128, 4, 4) tile it took is also T = 8's, where
+  each of its 224 programs reads all of x (80 KB, 18 MB through L2 in all); T = 8 ran 0.6-0.7 us
+  slower than T = 1 in both runs above. Now each power of two of T is its own bucket, tuned on its
+  own, and T <= 8 takes a token tile of 8 (wgmma's smallest N). Measured so (sixteenth session,
+  a1ee328, the same command): T=1 36.22 / 37.11, T=3 36.09 / 37.29, T=8 36.46 / 36.49, T=64 38.08 /
+  40.07, T=1000 229.65 / 193.10, where one launch moving the same bytes took 36.34 / 36.08 / 36.29 /
+  36.68 us in the same child (100-101% of it at T <= 8). The autotuner took (64, 128, 4, 4) row
+  tiles at T = 1 and 3 and (128, 128, 4, 4) at T = 8: T = 8 now runs 0.2 us behind T = 1, not
+  0.6-0.7, and ties cuBLAS there; T=1 misses 35.5 by 0.72 us, T=8 by 0.96.
   Nsight Compute, one cold call (0bdba4f): T=1 37.3 us, 83.2% of DRAM peak, 149.2 MB from DRAM (the
   floor's 146.8 plus 1.6%), 62 registers, two 4-warp programs per SM (12.5% occupancy); T=8 38.0 us,
   81.8%. As tma_swap (b5a4d35, one program of 128 rows per SM): T=1 36.8 us, 84.5%.

@@ -17,7 +17,21 @@ two FP32 subtractions; no cast that rounds. Offline SASS for sm_90a (`harness in
 parent's pick (16, 64, 16)): 1259 instructions and no conversions, against 1364 with 64; but 153
 registers against 127 (3 programs per SM instead of 4), so that config and its 8-way neighbour
 are also offered capped at 128 registers (125, 4 per SM).
-Not yet run on a GPU.
+
+Measured on the H200 (sixteenth session, results/README.md; `harness run task=router_gemm
+"candidates=[bit_split,swap_ab_bf16x3]"` at d5ab0e2), p50 us against its parent in the same run:
+  T=1 3.72 / 3.70, T=3 4.70 / 4.70, T=8 5.05 / 5.04 (the same FMA rows), T=64 7.73 / 9.29,
+  T=1000 33.66 / 48.01; in-child torch.compile 6.67, 15.96, 20.20, 19.13, 81.01. Promoted over
+  swap_ab_bf16x3 (geomean of worst speedups 2.706x). Every config forced in one process
+  (router_sweep3.py, graph replays): the BF16x3 configs took 6.2-6.6 us at T = 3 and 8 (the parent's
+  6.9-7.1), the (16, 64, 16) tile 7.82 us at T = 64 (the parent's autotuned pick 9.47 in that
+  process); capped at 128 registers it took 8.04 us, and the 8-way one 9.14 against 8.91: occupancy
+  bought by the cap did not pay. Nsight Compute, one cold call: T=8 (FMA rows) 5.8 us, 19.2% of
+  DRAM peak; T=64 8.8 us, 14.1% of DRAM peak, 11.3% achieved occupancy, the conversion pipe idle
+  (the parent: busiest, at 37%), the ALU the busiest at 39%.
+  In the next run narrow_tiles (this code with more configs, none of which its autotuner took)
+  tied it at every shape and replaced it on a geomean 0.3% higher: see narrow_tiles.py.
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.72 / 1.55 / 1.73 us: see narrow_tiles.py.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts

@@ -16,7 +16,31 @@ the warps hold copies of one [16, 8] accumulator. Offered here, beside the paren
     registers at T = 64, 7 programs per SM);
   - 128-wide K blocks with 8 splits, and 2 or 4 pipeline stages for the parent's T = 64 pick.
 The autotuner (graph-timed up to 64 tokens) chooses among them and the parent's.
-Not yet run on a GPU.
+
+Measured on the H200 (sixteenth session, results/README.md; `harness run task=router_gemm
+"candidates=[narrow_tiles,bit_split]"` at e2db9e0), p50 us against bit_split in the same run:
+  T=1 3.70 / 3.70, T=3 4.68 / 4.69, T=8 5.04 / 5.04, T=64 7.73 / 7.73, T=1000 33.84 / 33.85;
+  in-child torch.compile 6.66, 16.08, 20.20, 19.14, 81.29. Its autotuner took the parent's configs
+  at every bucket: none of the new ones won. Every config forced in one process (router_sweep3.py,
+  graph replays): at T = 64 the parent's (16, 64, 16) tile took 7.82 us with 3 or 4 stages, 8.52 on
+  2 warps, 8.82 with 128-wide K blocks, 9.37 with 32-way splits of 32-wide blocks; at T = 8 the best
+  MMA config, one warp per 16-row program, took 6.05 us against the FMA rows' 5.22 (T = 3: 6.21
+  against 4.76).
+  Promoted over bit_split on a geomean of worst speedups 0.3% higher (2.714x), with every shape
+  within noise: the rule of the time let a tie replace the kernel in force. Since baf8047 a
+  challenger must also be faster beyond noise on one shape, which this run would not have allowed.
+  It runs bit_split's code with bit_split's configs, so it stays in force until a faster kernel
+  replaces it.
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.70 / 1.54 / 1.73 us. Why, as measured:
+  - T=1: one launch moving the same 5.25 MB took 3.04 us in the same child, and a plain read of W
+    alone 3.12 us at best of 30 layouts (fourteenth session): the goal is below every read of the
+    weight measured on this machine.
+  - T=8 (FMA rows) and T=64 (BF16x3), Nsight Compute on bit_split (the same code and configs), one
+    cold call each: T=8 5.8 us, 19.2% of DRAM peak, 23.5% achieved occupancy, issue slots 36.2%
+    used; T=64 8.8 us, 14.1% of DRAM peak, 11.3% achieved occupancy (153 registers), issue slots
+    39.2%, ALU the busiest pipe at 39%, the conversion pipe idle. Neither bandwidth nor a pipe is
+    saturated: each program's chain of loads, split, MMAs and the split-K fixup is latency that
+    too few resident programs hide.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
