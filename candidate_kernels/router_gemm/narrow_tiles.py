@@ -40,7 +40,10 @@ Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.70 / 1.54 / 1.73 us. Wh
     used; T=64 8.8 us, 14.1% of DRAM peak, 11.3% achieved occupancy (153 registers), issue slots
     39.2%, ALU the busiest pipe at 39%, the conversion pipe idle. Neither bandwidth nor a pipe is
     saturated: each program's chain of loads, split, MMAs and the split-K fixup is latency that
-    too few resident programs hide.
+    too few resident programs hide. But more resident programs alone did not help: token_tiles
+    (call 5, e289b6c) offered this tile with 16 or 32 tokens per program (80-92 registers, 5-6
+    programs per SM offline, against 153 and 3) and its graph-timed autotuner kept the 64-token
+    tile: 7.73 us again.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
