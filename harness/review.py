@@ -305,7 +305,8 @@ def _promoted_edit_note(
         return (f"; a documentation-only edit of the promoted kernel (the same code): the optimized model refuses "
                 f"the new bytes until `harness rehash task={c.task}` records them")  # fmt: skip
     return (f"; edits the promoted kernel's code: the optimized model refuses the new bytes until they are "
-            f"promoted (`harness run task={c.task}` on a GPU)")  # fmt: skip
+            f"promoted (`harness run task={c.task}` on a GPU, where they must also be faster than the version in "
+            "force beyond noise on one shape; after a tie, restore the promoted bytes)")  # fmt: skip
 
 
 # ---- the command -----------------------------------------------------------------------------------------
