@@ -32,16 +32,16 @@ Measured on the H200 (sixteenth session, results/README.md; `harness run task=ro
   It runs bit_split's code with bit_split's configs, so it stays in force until a faster kernel
   replaces it.
 Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.70 / 1.54 / 1.73 us. Why, as measured:
-  - T=1: one launch moving the same 5.25 MB took 3.04 us in the same child, and a plain read of W
-    alone 3.12 us at best of 30 layouts (fourteenth session): the goal is below every read of the
-    weight measured on this machine.
+  - T=1: one launch moving the same 5.25 MB took 3.04-3.09 us in the same children (fifteenth and
+    sixteenth sessions), and a plain read of W alone 3.12 us at best of 30 layouts (fourteenth
+    session): the goal is below every read of the weight measured on this machine.
   - T=8 (FMA rows) and T=64 (BF16x3), Nsight Compute on bit_split (the same code and configs), one
     cold call each: T=8 5.8 us, 19.2% of DRAM peak, 23.5% achieved occupancy, issue slots 36.2%
     used; T=64 8.8 us, 14.1% of DRAM peak, 11.3% achieved occupancy (153 registers), issue slots
     39.2%, ALU the busiest pipe at 39%, the conversion pipe idle. Neither bandwidth nor a pipe is
     saturated: each program's chain of loads, split, MMAs and the split-K fixup is latency that
     too few resident programs hide. But more resident programs alone did not help: token_tiles
-    (call 5, e289b6c) offered this tile with 16 or 32 tokens per program (80-92 registers, 5-6
+    (the session's fifth call, e289b6c) offered this tile with 16 or 32 tokens per program (80-92 registers, 5-6
     programs per SM offline, against 153 and 3) and its graph-timed autotuner kept the 64-token
     tile: 7.73 us again.
 
@@ -49,8 +49,8 @@ Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
   T=8   5.33 MB -> 1.25 us (goal <= 3.5 us)
   T=64  6.03 MB -> 1.41 us (goal <= 6.0 us)
-One launch moving the same bytes (the harness's copy floor) replayed in 3.04-3.05 us at T <= 8 and
-3.23 at T = 64 (fifteenth session).
+One launch moving the same bytes (the harness's copy floor) replayed in 3.03-3.09 us at T <= 8 and
+3.22-3.28 at T = 64 (fifteenth and sixteenth sessions).
 
 Numerics: bit_split's (reference_model/ops.py router_logits, BEAM.md §4.1): FMA rows (fma chains
 per lane, a tree over the lanes, the splits in K order, compensated) for T <= 16; BF16x3 MMAs on
