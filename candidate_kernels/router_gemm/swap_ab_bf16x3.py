@@ -29,7 +29,8 @@ Measured on the H200 (fifteenth session, results/README.md; `harness run task=ro
   T=1000 is 3.4 us slower than row_vector in the same run (48.34 against 44.92): a shape of prefill.
   Sixteenth session, the same command beside fma_dot (a1ee328) and beside bit_split (d5ab0e2): T=1
   3.69 / 3.70, T=3 4.64 / 4.70, T=8 4.99 / 5.04, T=64 9.25 / 9.29, T=1000 48.93 / 48.01. Replaced by
-  bit_split (this code with the weight split by truncation): T=64 7.73, T=1000 33.66 in that run.
+  bit_split (this code with the weight split by truncation): T=64 7.73, T=1000 33.66 in that run;
+  its code is now narrow_tiles.py's.
 Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.7 / 1.5 / 3.3 us. Why, as measured:
   - T=1: one launch moving the same 5.25 MB took 3.04 us in the same child, and a plain read of W
     alone 3.12 us at best of 30 layouts (fourteenth session): the goal is below every read of the
