@@ -63,7 +63,13 @@ METRICS = {
     "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active": ("fp64_pipe_pct", "weighted"),
     "sm__inst_executed_pipe_fma.avg.pct_of_peak_sustained_active": ("fma_pipe_pct", "weighted"),
     "sm__inst_executed_pipe_alu.avg.pct_of_peak_sustained_active": ("alu_pipe_pct", "weighted"),
+    # Traffic DRAM does not see: what the SMs read from L2 (a tile re-read by many programs), how busy
+    # L2 was, and how much of the SMs' traffic their L1 served.
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed": ("l2_throughput_pct", "weighted"),
+    "lts__t_sectors_srcunit_tex_op_read.sum": ("l2_read_sectors", "sum"),
+    "l1tex__t_sector_hit_rate.pct": ("l1_hit_pct", "weighted"),
 }
+L2_SECTOR_BYTES = 32
 PIPES = ("xu", "fp64", "fma", "alu")
 # `nsight.analyze.kernel` settings besides metrics, combine_kernel_metrics and output_prefix: one cold
 # call per shape (caches flushed before each replay), the card's clocks left alone (TOOLCHAIN.md), no
@@ -98,6 +104,9 @@ class KernelProfileRecord:
     fp64_pipe_pct: float | None = None
     fma_pipe_pct: float | None = None
     alu_pipe_pct: float | None = None
+    l2_throughput_pct: float | None = None  # duration-weighted, of L2's peak
+    l2_read_bytes: float | None = None  # read by the SMs from L2 (32-byte sectors), summed
+    l1_hit_pct: float | None = None  # duration-weighted: sectors the SMs' L1 served, of all they asked for
     registers_per_thread: int | None = None  # the most of any kernel
     grid_size: int | None = None  # blocks (threads per block) of the kernel; the largest of any when several
     block_size: int | None = None
@@ -227,7 +236,8 @@ def shape_figures(kernels: list[str], values: dict[str, float | None], compiled:
         "duration_us": duration_us,
         **{k: values[k] for k in ("dram_throughput_pct", "sm_throughput_pct", "achieved_occupancy_pct",
                                   "theoretical_occupancy_pct", "issue_active_pct",
-                                  *(f"{p}_pipe_pct" for p in PIPES))},
+                                  *(f"{p}_pipe_pct" for p in PIPES), "l2_throughput_pct", "l1_hit_pct")},
+        "l2_read_bytes": values["l2_read_sectors"] * L2_SECTOR_BYTES if values["l2_read_sectors"] is not None else None,
         **ints,
         "spill_bytes": _total(values["local_load_bytes"], values["local_store_bytes"]),
         "triton_spills": int(sum(known)) if known else None,
@@ -303,6 +313,8 @@ def kernel_profile_section(rows: list[dict[str, Any]]) -> str:
         "theoretical_occupancy_pct": r.get("theoretical_occupancy_pct"), "registers": r.get("registers_per_thread"),
         "spill_bytes": r.get("spill_bytes"), "ptxas_spills": r.get("triton_spills"),
         "bytes_dram": r.get("dram_bytes"), "bytes_floor": r.get("floor_bytes"),
+        "l2_pct": r.get("l2_throughput_pct"), "bytes_l2_read": r.get("l2_read_bytes"),
+        "l1_hit_pct": r.get("l1_hit_pct"),
         "floor_fraction": r.get("floor_fraction"), "issue_pct": r.get("issue_active_pct"),
         "pipes_pct": pipes_cell(r), "detail": r["detail"][:80],
     } for r in latest.values()])  # fmt: skip
@@ -311,5 +323,7 @@ def kernel_profile_section(rows: list[dict[str, Any]]) -> str:
             "DRAM % of peak and occupancy are duration-weighted over a call's kernels; registers: the most of "
             "any kernel; spill bytes: local-memory traffic; caches flushed before each kernel (cold call). "
             "issue %: the schedulers' issue slots used; pipes %: each pipe's utilization, busiest first "
-            "(xu: conversions and transcendentals), both of the SM's active cycles.\n\n"
+            "(xu: conversions and transcendentals), both of the SM's active cycles. l2 %: L2's throughput of its "
+            "peak; bytes l2 read: what the SMs read from L2, which a tile re-read by many programs inflates past "
+            "bytes dram; l1 hit %: sectors the SMs' L1 served.\n\n"
             + markdown_table(table))  # fmt: skip

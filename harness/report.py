@@ -231,9 +231,10 @@ def cheat_section(rows: Sequence[EvaluationRecord], checks: Sequence[tuple[str, 
 
 
 PROFILE_COLUMNS = (("duration_us", "duration us", us), ("dram_throughput_pct", "DRAM % peak", g3),
-                   ("achieved_occupancy_pct", "occupancy %", g3), ("registers_per_thread", "registers", str),
-                   ("spill_bytes", "spill bytes", g3), ("floor_fraction", "floor fraction", pct),
-                   ("issue_active_pct", "issue %", g3))  # fmt: skip
+                   ("l2_throughput_pct", "L2 % peak", g3), ("l2_read_bytes", "L2 read bytes", g3),
+                   ("l1_hit_pct", "L1 hit %", g3), ("achieved_occupancy_pct", "occupancy %", g3),
+                   ("registers_per_thread", "registers", str), ("spill_bytes", "spill bytes", g3),
+                   ("floor_fraction", "floor fraction", pct), ("issue_active_pct", "issue %", g3))  # fmt: skip
 
 
 def profile_section(profiles: Sequence[dict[str, Any]], task: str, name: str) -> list[Block]:

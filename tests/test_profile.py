@@ -622,8 +622,11 @@ class _Report:
         return self._actions[i]
 
 
-def _kernel(duration, dram_pct, occupancy, regs, local_ld, dram_read, block=128, issue=30.0, xu=5.0):
+def _kernel(duration, dram_pct, occupancy, regs, local_ld, dram_read, block=128, issue=30.0, xu=5.0, l2_sectors=0,
+            l1_hit=0.0):  # fmt: skip
     return {
+        "lts__throughput.avg.pct_of_peak_sustained_elapsed": 2 * dram_pct,
+        "lts__t_sectors_srcunit_tex_op_read.sum": l2_sectors, "l1tex__t_sector_hit_rate.pct": l1_hit,
         "smsp__issue_active.avg.pct_of_peak_sustained_active": issue,
         "sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active": xu,
         "sm__pipe_fp64_cycles_active.avg.pct_of_peak_sustained_active": 2.0,
@@ -664,8 +667,8 @@ def _profile_through_nsight(monkeypatch, tmp_path, label, kernels, metrics):
 def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeypatch, tmp_path):
     metrics = list(kr.METRICS)
     event = _profile_through_nsight(monkeypatch, tmp_path, "T=1", [
-        ("_fused", _kernel(3000, 20.0, 50.0, 40, 0, 10_000, issue=60.0, xu=40.0)),
-        ("_tail", _kernel(1000, 80.0, 25.0, 96, 64, 30_000, block=256)),
+        ("_fused", _kernel(3000, 20.0, 50.0, 40, 0, 10_000, issue=60.0, xu=40.0, l2_sectors=900, l1_hit=60.0)),
+        ("_tail", _kernel(1000, 80.0, 25.0, 96, 64, 30_000, block=256, l2_sectors=100, l1_hit=20.0)),
     ], metrics)  # fmt: skip
     assert event["kernels"] == ["_fused", "_tail"] and event["report"] is None  # no real ncu wrote one
     v = event["values"]
@@ -683,6 +686,10 @@ def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeyp
     fig = kr.shape_figures(event["kernels"], v, compiled, task, shape, copy_gbps=4000.0, gemm_tflops=None)
     assert fig["duration_us"] == pytest.approx(4.0) and fig["spill_bytes"] == 64 and fig["triton_spills"] == 3
     assert fig["dram_bytes"] == pytest.approx(40_000 + 2000)
+    # L2: what the SMs read from it, in 32-byte sectors; its throughput and L1's hit rate duration-weighted
+    assert fig["l2_read_bytes"] == 1000 * 32
+    assert fig["l2_throughput_pct"] == pytest.approx((40.0 * 3000 + 160.0 * 1000) / 4000)
+    assert fig["l1_hit_pct"] == pytest.approx((60.0 * 3000 + 20.0 * 1000) / 4000)
     cost = task.cost(shape)
     assert fig["floor_bytes"] == cost.bytes and fig["floor_fraction"] == pytest.approx(cost.bytes / 4000e3 / 4.0)
     record = kr.KernelProfileRecord(
@@ -692,6 +699,7 @@ def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeyp
     section = kr.kernel_profile_section([record.to_dict()])
     assert "| c | T=1 | profiled | 2 | 4.0 |" in section
     assert "| 52.5 | xu 31 fma 12 alu 8 fp64 2 |" in section  # issue %, then the pipes busiest first
+    assert "| 70.0 | 32.00 KB | 50.0 |" in section  # L2 % of peak, bytes the SMs read from L2, L1 hit %
     with pytest.raises(ValueError, match="needs its kernels"):
         dataclasses.replace(record, kernels=[])
     with pytest.raises(ValueError, match="non-finite"):
@@ -880,8 +888,10 @@ def test_metrics_unknown_to_this_ncu_are_dropped_not_fatal():
     # the local-store metric's family is listed without it; the launch__ family is not listed at all;
     # theoretical occupancy is not listed either, as on the H200's ncu 2025.3.1, yet collected there
     # the pipe metrics' family (sm__) is listed without them: dropped; smsp__ is not listed at all: kept
+    # L1's hit rate: its family (l1tex__) is listed without it; lts__ is not listed at all: kept
     pipes = [m for m in kr.METRICS if m.startswith("sm__") and "pipe" in m]
-    assert len(pipes) == 4 and missing == ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", *pipes]
+    assert len(pipes) == 4 and missing == ["l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum", *pipes,
+                                           "l1tex__t_sector_hit_rate.pct"]  # fmt: skip
     assert usable == [m for m in kr.METRICS if m not in missing]
     assert profile_kernel.usable_metrics("") == (list(kr.METRICS), [])  # a failed query: ask for everything
 
