@@ -1,31 +1,25 @@
-"""router_gemm: narrow_tiles whose FMA programs compute 1-8 expert rows each from one x tile, in W's vector width.
+"""router_gemm: narrow_tiles whose FMA tile path loads x in W's 4-element vector width: no shared-memory trip for W.
 
 Author: human (kernels team, issue 4), hand-written. Parent: narrow_tiles.py (in force), whose BF16x3
-MMA path, one-token FMA path, split-K fixup and configs it keeps unchanged.
+MMA path, one-token FMA path, split-K fixup and numerics it keeps unchanged.
 
-What changes, and why. At 2 <= T <= 16 narrow_tiles runs one expert row per FMA program: 256
-programs, each reading all of x ([T, 5120] BF16, 80 KB at T = 8) beside its 20 KB row of W. At T = 8
-that is 21 MB of x read from L2 for a 5.2 MB weight, and the kernel took 5.04 us against 3.70 at
-T = 1 (sixteenth session); Nsight Compute read 19.2% of DRAM peak. Here an FMA program computes
-BLOCK_E = 1, 2, 4 or 8 rows: each K block of x is loaded once and multiplied by every row, each row
-with its own accumulator tile (separate variables, up to eight: a 3-D [E, T, K] product made the
-compiler move both operands through shared memory, 84-337 barriers offline). At BLOCK_E = 8 the
-x traffic is 2.6 MB.
-Second change, on the same path: narrow_tiles loaded x in 16-byte vectors (8 BF16) and W in 16-byte
-vectors (4 FP32), two register layouts, so every K block of W went through shared memory to reach
-x's layout (offline SASS of its T = 8 pick: 5 conversions, 14 barriers). Here x is loaded in
-4-element vectors (tl.max_contiguous), W's width: both tiles share one layout and W's rows need no
-conversion (the same config: 4 barriers, none in the K loop). With BLOCK_K = 128 x warps the warps
-lie along K, so no warp holds another's W. Each thread keeps one FMA chain per 4-vector of K per
-token and row (tl.split of the 4-vector), so 8 rows x 8 tokens take 64 accumulator registers.
-Offered: (BLOCK_E, BLOCK_K, SPLIT_K, warps) = (2, 256, 4, 2), (4, 128, 4 | 8, 1), (4, 256, 4, 2),
-(4, 512, 2, 4), (8, 128, 8 | 16, 1), (8, 256, 4 | 8, 2), (8, 512, 4, 4), beside the parent's
-one-row configs (which now also take the new path at T >= 2) and MMA configs; the prune keeps FMA
-configs with at most 64 accumulators per thread (`_fma_accumulators`).
-Offline SASS for sm_90a (`harness inspect task=router_gemm candidate=row_groups`, T = 8): 4-9
-barriers for 1- and 4-warp programs (21-43 for the 2-warp ones), 148-168 registers at 4-8 rows
-on one warp, no spills but at (8, 128, 8, 1) (40 B).
-Not yet run on a GPU.
+What changes, and why. At 2 <= T <= 16 narrow_tiles runs one expert row per FMA program and loads
+each K block of x as a [BLOCK_T, BLOCK_K] tile in 16-byte vectors (8 BF16), and of its W row in
+16-byte vectors (4 FP32): two register layouts, so every K block of W went through shared memory to
+reach x's (offline SASS for sm_90a of its T = 8 pick: a layout conversion per K block, 14 barriers).
+Here x loads in 4-element (8-byte) vectors (tl.max_contiguous), W's width: both share one layout and
+W needs no conversion (4 barriers, none in the K loop). row_groups (the seventeenth session's first
+call, 7b6a075, removed) measured it: its one-row (1, 1024, 1, 4) config took 4.80 us at T = 8
+against narrow_tiles' 5.17 in one process, and the harness timed row_groups 4.57 us against
+narrow_tiles' 4.99 beside it. row_groups' other change, 2-8 expert rows per FMA program sharing one x
+tile, was slower at every T (5.2-15.3 us at T = 1..8): Nsight Compute had read narrow_tiles' x re-reads
+as L1 hits (38.7% of sectors) and 8.9 MB read from L2 at 25% of its peak, not a wall.
+Also new: one-row configs with 512- and 2048-wide K blocks and a 2-way split of 1024-wide blocks, a
+register budget of 64 FP32 per thread for the tile (was 8K per program), and autotuning timed as
+CUDA-graph replays at every T bucket: at T = 1000 Triton's default timing (an L2 flush by writing
+before each call) gave row_groups a config 1.4x slower (47.31 us) than narrow_tiles' pick from the
+same list (33.55 us) in the same run.
+Not yet run on a GPU as this file.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
@@ -34,16 +28,14 @@ Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
 One launch moving the same bytes (the harness's copy floor) replayed in 3.03-3.09 us at T <= 8 and
 3.22-3.28 at T = 64 (fifteenth and sixteenth sessions).
 
-Numerics (reference_model/ops.py router_logits, BEAM.md §4.1): FMA rows for T <= 16: at T = 1 and
-one row per program, an fma chain per lane of the [BLOCK_K] vector (narrow_tiles'); otherwise an
-fma chain per thread per 4-vector of K (its four elements in order, then the next block's), both
-then a tree over the lanes and the splits in K order, compensated. BF16x3 MMAs (narrow_tiles') on
+Numerics: narrow_tiles' (reference_model/ops.py router_logits, BEAM.md §4.1): FMA rows (fma chains
+per lane, a tree over the lanes, the splits in K order, compensated) for T <= 16; BF16x3 MMAs on
 an exact truncating split w = hi + mid + lo for T >= 2, each block's three MMAs chained in the
 tensor cores' FP32 accumulator (lo, mid, hi) and the blocks and split-K partials added
 compensated (Kahan). Deterministic for a given config; the config is autotuned once per T bucket.
 
-Launch: grid (cdiv(E, BLOCK_E), SPLIT_K, cdiv(T, BLOCK_T)), BLOCK_E up to 8 on the FMA path; configs
-autotuned per T bucket (prune below), buckets up to 64 tokens timed as CUDA-graph replays, the winner in
+Launch: grid (cdiv(E, BLOCK_E), SPLIT_K, cdiv(T, BLOCK_T)); configs autotuned per T bucket (prune
+below), every bucket timed as CUDA-graph replays, the winner in
 `_router_kernel.best_config`. The first call per T bucket benchmarks every config (it
 synchronizes): call once before capturing a CUDA graph; replays never tune. Not reentrant across
 streams: two concurrent calls on one device share the tile counters.
@@ -63,7 +55,7 @@ CANDIDATE = {
     "author": "human",
     "model": None,
     "parent": "narrow_tiles",
-    "idea": "narrow_tiles with 1-8 expert rows per FMA program sharing one x tile, loaded in W's vector width",
+    "idea": "narrow_tiles with x loaded in W's vector width on the FMA tile path, so W needs no layout conversion",
 }
 
 # TRITON_INTERPRET is read when kernels are decorated. The interpreter runs one config, no
@@ -71,10 +63,10 @@ CANDIDATE = {
 # both paths and the split-K fixup.
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
-FMA_MAX_T = 16  # the FMA path's accumulators grow with T (_fma_accumulators)
+FMA_MAX_T = 16  # the FMA path's register tile [BLOCK_T, BLOCK_K] grows with T (at most 64 per thread)
 MMA_MIN_T = 2  # one token: the FMA row is a plain read of W, nothing for the tensor cores to save
 MMA_MIN_BLOCK_T, MMA_MAX_BLOCK_T = 8, 64  # the token side is the MMA's N: a multiple of 8
-GRAPH_TIMED_T = 64  # buckets timed as CUDA-graph replays while tuning
+GRAPH_TIMED_T = 1024  # buckets timed as CUDA-graph replays while tuning: all of them (see header)
 
 
 def _t_bucket(T: int) -> int:
@@ -94,21 +86,12 @@ def _gpu_configs() -> list[triton.Config]:
         (1, 512, 2, 4),
         (1, 256, 4, 2),
         (1, 256, 4, 4),
+        # New here: 256 one-row programs with other K blocks and warps (the 4-warp 1024-wide block won
+        # at T = 8 in row_groups' sweep), and 512 of them
+        (1, 512, 1, 4),
+        (1, 2048, 1, 8),
+        (1, 1024, 2, 4),
     ]
-    # New here: 2-8 expert rows per FMA program sharing its x tile, BLOCK_K = 128 x warps (T >= 2).
-    fma += [
-        (2, 256, 4, 2),
-        (4, 128, 4, 1),
-        (4, 128, 8, 1),
-        (4, 256, 4, 2),
-        (4, 512, 2, 4),
-        (8, 128, 8, 1),
-        (8, 128, 16, 1),
-        (8, 256, 4, 2),
-        (8, 256, 8, 2),
-        (8, 512, 4, 4),
-    ]
-
     # BF16x3: (BLOCK_E, BLOCK_K, SPLIT_K, warps, stages). BLOCK_E = 64 fills one warpgroup MMA's M;
     # 16 and 32 give more, smaller tiles (and fixups) for the same 128-160 programs at T <= 64.
     mma = [
@@ -153,25 +136,17 @@ def _gpu_configs() -> list[triton.Config]:
 
 
 def _interpreter_config(T: int, D: int) -> dict:
-    """CPU: FMA below 8 tokens (the task's T = 1 shape runs the 1-D path, one expert row per program;
-    T = 5 the tile path, four rows per program), BF16x3 from 8, all with a 2-way split so that the
-    fixup runs too; wide blocks at full width, where the interpreter's cost is per program and per
-    loop step."""
+    """CPU: FMA below 8 tokens (one expert row per program: the task's T = 1 shape runs the 1-D path,
+    T = 5 the 2-D one), BF16x3 from 8, all with a 2-way split so that the fixup runs too; wide blocks
+    at full width, where the interpreter's cost is per program and per loop step."""
     block_k = 32 if D <= 256 else 512
     if T < MMA_MIN_BLOCK_T:
-        return {"USE_MMA": False, "BLOCK_E": 1 if T == 1 else 4, "BLOCK_K": block_k, "SPLIT_K": 2}
+        return {"USE_MMA": False, "BLOCK_E": 1, "BLOCK_K": block_k, "SPLIT_K": 2}
     return {"USE_MMA": True, "BLOCK_E": 16 if D <= 256 else 64, "BLOCK_K": block_k, "SPLIT_K": 2}
 
 
-def _fma_accumulators(block_t: int, block_e: int, block_k: int, warps: int) -> int:
-    """FP32 accumulator registers per thread of an FMA program: the 1-D path keeps a [BLOCK_K] vector,
-    the tile path one FMA chain per 4-vector of K for every token and expert row."""
-    lanes = block_k if block_t == 1 and block_e == 1 else block_t * block_e * block_k // 4
-    return lanes // (32 * warps)
-
-
 def _prune(configs, named_args, **kwargs):
-    """FMA configs for small T only, with at most 64 FP32 accumulators per thread; BF16x3
+    """FMA configs for small T only, with a register tile of at most 64 FP32 per thread; BF16x3
     from 2 tokens; at least 64 programs (the weight read needs the SMs), split-K only up to 1024."""
     t_bucket, E, D = named_args["t_bucket"], named_args["E"], kwargs["D"]
     kept = []
@@ -180,7 +155,7 @@ def _prune(configs, named_args, **kwargs):
         block_t = _block_t(use_mma, t_bucket)
         if block_e > triton.next_power_of_2(E) or split_k > triton.cdiv(D, block_k):
             continue
-        if not use_mma and (t_bucket > FMA_MAX_T or _fma_accumulators(block_t, block_e, block_k, c.num_warps) > 64):
+        if not use_mma and (t_bucket > FMA_MAX_T or block_t * block_k // (32 * c.num_warps) > 64):
             continue
         if use_mma and t_bucket < MMA_MIN_T:
             continue
@@ -195,8 +170,8 @@ _tuning_t_bucket = [0]  # the T bucket of the launch being tuned (set by the lau
 
 
 def _time_config(kernel_call, quantiles):
-    """How the autotuner times a config: as a CUDA-graph replay up to 64 tokens, the way a decode
-    step runs it and the harness times it; Triton's default above."""
+    """How the autotuner times a config: as a CUDA-graph replay at every T bucket (GRAPH_TIMED_T), the
+    way a decode step runs it; Triton's default (each call after an L2 flush by writing) above."""
     if _tuning_t_bucket[0] <= GRAPH_TIMED_T:
         return triton.testing.do_bench_cudagraph(kernel_call, quantiles=quantiles)
     return triton.testing.do_bench(kernel_call, quantiles=quantiles)
@@ -210,29 +185,6 @@ def _bf16_head(x):
     bits = x.to(tl.uint32, bitcast=True)
     head = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
     return head, x - ((bits >> 16) << 16).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _fma_row(acc_TV, x0_TV, x1_TV, x2_TV, x3_TV, w_row, offs_k, ok, stride_wd):
-    """One expert row's K block times the x tile, added to the row's accumulator: acc[t, v] gets
-    x[t, 4v + j] * w[4v + j] for j = 0..3 as a chain of four FMAs (x arrives split by j)."""
-    w_K = tl.load(w_row + offs_k * stride_wd, mask=ok, other=0.0)
-    w0_V, w1_V, w2_V, w3_V = _split4(w_K)
-    acc_TV = acc_TV + x0_TV * w0_V[None, :]
-    acc_TV = acc_TV + x1_TV * w1_V[None, :]
-    acc_TV = acc_TV + x2_TV * w2_V[None, :]
-    return acc_TV + x3_TV * w3_V[None, :]
-
-
-@triton.jit
-def _split4(a):
-    """The four elements of each thread's 4-vector along a tensor's last axis, as four tensors:
-    a[..., 4v + j] -> part j [..., v] (in-register: the last axis is four elements per thread)."""
-    shape: tl.constexpr = a.shape[:-1] + [a.shape[-1] // 4, 2, 2]
-    even, odd = tl.split(tl.reshape(a, shape))  # j = 0, 2 and j = 1, 3
-    p0, p2 = tl.split(even)
-    p1, p3 = tl.split(odd)
-    return p0, p1, p2, p3
 
 
 @triton.jit
@@ -298,73 +250,35 @@ def _router_kernel_fn(
             block_ET = tl.dot(hi_EK, x_TK.T, block_ET)
             # The tensor cores accumulate one block only; blocks are added in IEEE FP32, compensated.
             acc_ET, comp_ET = _kahan_add(acc_ET, comp_ET, block_ET)
-    elif BLOCK_T == 1 and BLOCK_E == 1:
-        # FMA, one token and one expert row per program, in the layout of a [BLOCK_K] vector;
-        # unrolled, so all loads issue up front (narrow_tiles' 1-D path, unchanged).
-        w_row = w_ptr + pid_e.to(tl.int64) * stride_we
-        x_row = x_ptr + pid_t.to(tl.int64) * stride_xt
-        row_ok = (pid_e < E) & (pid_t < T)
-        acc_K = tl.zeros((BLOCK_K,), dtype=tl.float32)
-        for i in tl.static_range(KB_PER_SPLIT):
-            offs_k = (kb_lo + i) * BLOCK_K + tl.arange(0, BLOCK_K)
-            k_ok = (offs_k < D) & (kb_lo + i < kb_hi) & row_ok
-            x_K = tl.load(x_row + offs_k * stride_xd, mask=k_ok, other=0.0)
-            w_K = tl.load(w_row + offs_k * stride_wd, mask=k_ok, other=0.0)
-            acc_K += x_K.to(tl.float32) * w_K
-        acc_ET = tl.zeros((BLOCK_E, BLOCK_T), dtype=tl.float32) + tl.sum(acc_K, axis=0)
     else:
-        # FMA, BLOCK_E (1-8) expert rows per program sharing one x tile: each K block of x is loaded
-        # once into the layout of a [BLOCK_T, BLOCK_K] tile and multiplied by every row, each row with
-        # its own accumulator tile (separate variables: a 3-D [E, T, K] product makes the compiler
-        # move both operands through shared memory). Unrolled, so all loads issue up front.
-        tl.static_assert(BLOCK_E <= 8, "the FMA path computes at most 8 expert rows per program")
-        e0 = pid_e * BLOCK_E
-        w_rows0 = w_ptr + e0.to(tl.int64) * stride_we
-        VEC: tl.constexpr = BLOCK_K // 4  # the accumulators: one FMA chain per 4-vector of K per thread
-        acc0 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        acc1 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        acc2 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        acc3 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        acc4 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        acc5 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        acc6 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        acc7 = tl.zeros((BLOCK_T, VEC), dtype=tl.float32)
-        for i in tl.static_range(KB_PER_SPLIT):
-            offs_k = (kb_lo + i) * BLOCK_K + tl.arange(0, BLOCK_K)
-            k_ok = (offs_k < D) & (kb_lo + i < kb_hi)
-            # x in 4-element (8-byte) vectors, the width of W's 16-byte ones: both tiles then share one
-            # register layout, and W's rows need no trip through shared memory.
-            x_TK = tl.load(
-                x_rows + tl.max_contiguous(offs_k, 4)[None, :] * stride_xd,
-                mask=t_ok[:, None] & k_ok[None, :],
-                other=0.0,
-            )
-            x0, x1, x2, x3 = _split4(x_TK.to(tl.float32))
-            acc0 = _fma_row(acc0, x0, x1, x2, x3, w_rows0, offs_k, k_ok & (e0 < E), stride_wd)
-            if BLOCK_E > 1:
-                acc1 = _fma_row(acc1, x0, x1, x2, x3, w_rows0 + stride_we, offs_k, k_ok & (e0 + 1 < E), stride_wd)
-            if BLOCK_E > 2:
-                acc2 = _fma_row(acc2, x0, x1, x2, x3, w_rows0 + 2 * stride_we, offs_k, k_ok & (e0 + 2 < E), stride_wd)
-                acc3 = _fma_row(acc3, x0, x1, x2, x3, w_rows0 + 3 * stride_we, offs_k, k_ok & (e0 + 3 < E), stride_wd)
-            if BLOCK_E > 4:
-                acc4 = _fma_row(acc4, x0, x1, x2, x3, w_rows0 + 4 * stride_we, offs_k, k_ok & (e0 + 4 < E), stride_wd)
-                acc5 = _fma_row(acc5, x0, x1, x2, x3, w_rows0 + 5 * stride_we, offs_k, k_ok & (e0 + 5 < E), stride_wd)
-                acc6 = _fma_row(acc6, x0, x1, x2, x3, w_rows0 + 6 * stride_we, offs_k, k_ok & (e0 + 6 < E), stride_wd)
-                acc7 = _fma_row(acc7, x0, x1, x2, x3, w_rows0 + 7 * stride_we, offs_k, k_ok & (e0 + 7 < E), stride_wd)
-        # Each row's tree over the lanes, placed in its row of the [BLOCK_E, BLOCK_T] tile by
-        # selection (no arithmetic on the sums).
-        rows_E1 = tl.arange(0, BLOCK_E)[:, None]
-        acc_ET = tl.where(rows_E1 == 0, tl.sum(acc0, axis=1)[None, :], 0.0)
-        if BLOCK_E > 1:
-            acc_ET = tl.where(rows_E1 == 1, tl.sum(acc1, axis=1)[None, :], acc_ET)
-        if BLOCK_E > 2:
-            acc_ET = tl.where(rows_E1 == 2, tl.sum(acc2, axis=1)[None, :], acc_ET)
-            acc_ET = tl.where(rows_E1 == 3, tl.sum(acc3, axis=1)[None, :], acc_ET)
-        if BLOCK_E > 4:
-            acc_ET = tl.where(rows_E1 == 4, tl.sum(acc4, axis=1)[None, :], acc_ET)
-            acc_ET = tl.where(rows_E1 == 5, tl.sum(acc5, axis=1)[None, :], acc_ET)
-            acc_ET = tl.where(rows_E1 == 6, tl.sum(acc6, axis=1)[None, :], acc_ET)
-            acc_ET = tl.where(rows_E1 == 7, tl.sum(acc7, axis=1)[None, :], acc_ET)
+        # FMA, one expert row per program, in the layout of a [BLOCK_K] vector (or [BLOCK_T, BLOCK_K]
+        # tile); unrolled, so all loads issue up front.
+        tl.static_assert(BLOCK_E == 1, "the FMA path computes one expert row per program")
+        w_row = w_ptr + pid_e.to(tl.int64) * stride_we
+        row_ok = pid_e < E
+        if BLOCK_T == 1:
+            x_row = x_ptr + pid_t.to(tl.int64) * stride_xt
+            row_ok = row_ok & (pid_t < T)
+            acc_K = tl.zeros((BLOCK_K,), dtype=tl.float32)
+            for i in tl.static_range(KB_PER_SPLIT):
+                offs_k = (kb_lo + i) * BLOCK_K + tl.arange(0, BLOCK_K)
+                k_ok = (offs_k < D) & (kb_lo + i < kb_hi) & row_ok
+                x_K = tl.load(x_row + offs_k * stride_xd, mask=k_ok, other=0.0)
+                w_K = tl.load(w_row + offs_k * stride_wd, mask=k_ok, other=0.0)
+                acc_K += x_K.to(tl.float32) * w_K
+            acc_ET = tl.zeros((BLOCK_E, BLOCK_T), dtype=tl.float32) + tl.sum(acc_K, axis=0)
+        else:
+            acc_TK = tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32)
+            for i in tl.static_range(KB_PER_SPLIT):
+                offs_k = (kb_lo + i) * BLOCK_K + tl.arange(0, BLOCK_K)
+                k_ok = (offs_k < D) & (kb_lo + i < kb_hi)
+                # x in 4-element (8-byte) vectors, the width of W's 16-byte ones, so that both load
+                # into one register layout: W's row needs no trip through shared memory.
+                offs_kx = tl.max_contiguous(offs_k, 4)
+                x_TK = tl.load(x_rows + offs_kx[None, :] * stride_xd, mask=t_ok[:, None] & k_ok[None, :], other=0.0)
+                w_K = tl.load(w_row + offs_k * stride_wd, mask=k_ok & row_ok, other=0.0)
+                acc_TK += x_TK.to(tl.float32) * w_K[None, :]
+            acc_ET = tl.sum(acc_TK, axis=1)[None, :]
 
     out_ptrs = out_ptr + offs_t.to(tl.int64)[None, :] * E + offs_e[:, None]
     out_mask = e_ok[:, None] & t_ok[None, :]
