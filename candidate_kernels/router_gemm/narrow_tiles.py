@@ -30,8 +30,8 @@ Measured on the H200 (sixteenth session, results/README.md; `harness run task=ro
   Promoted over bit_split on a geomean of worst speedups 0.3% higher (2.714x), with every shape
   within noise: the rule of the time let a tie replace the kernel in force. Since baf8047 a
   challenger must also be faster beyond noise on one shape, which this run would not have allowed.
-  It runs bit_split's code with bit_split's configs, so it stays in force until a faster kernel
-  replaces it.
+  It runs bit_split's code with bit_split's configs. It stayed in force until vector_width (its
+  child, seventeenth session) replaced it, faster at T = 3 and 8.
 Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.70 / 1.54 / 1.73 us. Why, as measured:
   - T=1: one launch moving the same 5.25 MB took 3.04-3.09 us in the same children (fifteenth and
     sixteenth sessions), and a plain read of W alone 3.12 us at best of 30 layouts (fourteenth

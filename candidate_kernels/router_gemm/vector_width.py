@@ -19,7 +19,28 @@ register budget of 64 FP32 per thread for the tile (was 8K per program), and aut
 CUDA-graph replays at every T bucket: at T = 1000 Triton's default timing (an L2 flush by writing
 before each call) gave row_groups a config 1.4x slower (47.31 us) than narrow_tiles' pick from the
 same list (33.55 us) in the same run.
-Not yet run on a GPU as this file.
+Measured on the H200 (seventeenth session, results/README.md; `harness run task=router_gemm
+"candidates=[vector_width,narrow_tiles]"` at 83da7e1), p50 us against narrow_tiles in the same run:
+  T=1 3.69 / 3.69, T=3 3.93 / 4.68, T=8 4.69 / 4.99, T=64 7.70 / 7.68, T=1000 33.66 / 33.71;
+  in-child torch.compile 6.56, 16.01, 19.97, 19.19, 80.04. Promoted: faster beyond noise at T = 3
+  and 8, slower nowhere. Every FMA config forced in one process (router_sweep4.py, graph replays):
+  at T = 8 the 256-program one-row configs took 4.68 (1024-wide K blocks, 8 warps), 4.79 (2048, 8),
+  4.82 (1024, 4) and 4.82 us (512, 4) against narrow_tiles' autotuned 5.05, split configs 5.65-8.38;
+  at T = 3 3.93-4.19 against 4.65; at T = 16 an MMA config still won (6.59 against 8.48 for the best
+  FMA one).
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.69 / 1.19 / 1.70 us. Why, as measured:
+  - T=1: one launch moving the same 5.25 MB took 3.04 us in the same child, and a plain read of W
+    alone 3.12 us at best of 30 layouts (fourteenth session): the goal is below every read of the
+    weight measured on this machine.
+  - T=8: 4.69 us against 3.04 for the same-bytes launch. Nsight Compute, one cold call: 5.6 us, 19.9%
+    of DRAM peak, L2 at 26.0% of its peak with 8.22 MB read from it (x's re-reads mostly hit L1:
+    38.7% of sectors), issue slots 35.2% used, ALU 30%, 11.9% achieved occupancy (218 registers, 2
+    programs per SM). No unit is near its limit; what remains is each program's chain (the loads of
+    five K blocks, 8 x 1024 FMAs, a tree over 128 lanes) on 8 warps per SM. Programs of 2-8 rows
+    (row_groups) gave each SM more work per x tile and were slower.
+  - T=64 (BF16x3, narrow_tiles' code and configs): Nsight Compute on bit_split (the same code), one
+    cold call: 8.8 us, 14.1% of DRAM peak, 11.3% achieved occupancy (153 registers), ALU 39%: latency
+    that more resident programs alone did not hide (token_tiles, sixteenth session).
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
