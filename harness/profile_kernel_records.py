@@ -12,7 +12,8 @@ both sides of that child share and what the parent makes of it:
                    DataFrame (one row per metric: Annotation, Metric, AvgValue, Kernel "k1|k2", ...)
   shape_figures    per shape: duration, DRAM throughput as % of peak, SM throughput and occupancy
                    (achieved, theoretical), the issue slots used and the XU, FP64, FMA and ALU
-                   pipes' utilizations, registers per thread, spills (local-memory bytes moved,
+                   pipes' utilizations, L2's throughput, the bytes the SMs read from L2 and L1's
+                   hit rate, registers per thread, spills (local-memory bytes moved,
                    and ptxas's spill count of the Triton kernels), DRAM bytes against the task's
                    Cost floor, and the floor fraction against the measured copy bandwidth / GEMM rate
   shape_statuses   per shape: profiled, or what the candidate (or the profiler) did instead
