@@ -37,7 +37,10 @@ Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.69 / 1.19 / 1.70 us. Wh
     38.7% of sectors), issue slots 35.2% used, ALU 30%, 11.9% achieved occupancy (218 registers, 2
     programs per SM). No unit is near its limit; what remains is each program's chain (the loads of
     five K blocks, 8 x 1024 FMAs, a tree over 128 lanes) on 8 warps per SM. Programs of 2-8 rows
-    (row_groups) gave each SM more work per x tile and were slower.
+    sharing one x tile did not help: with split-K (row_groups, 7b6a075) they ran 6.07-9.15 us; unsplit
+    (row_pairs, 2 or 4 rows, 6a7ee28) its graph-timed autotuner kept one-row programs. row_pairs'
+    one-row code (row_groups' tile path: an FMA chain per 4-vector, 168 registers against 218) ran
+    4.57 us against this file's 4.70 beside it, inside the 5% the promotion rule calls noise.
   - T=64 (BF16x3, narrow_tiles' code and configs): Nsight Compute on bit_split (the same code), one
     cold call: 8.8 us, 14.1% of DRAM peak, 11.3% achieved occupancy (153 registers), ALU 39%: latency
     that more resident programs alone did not hide (token_tiles, sixteenth session).
