@@ -122,6 +122,10 @@ def g3(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
+def mb(x: float | None) -> str:
+    return "-" if x is None else f"{x / 1e6:.3g}"
+
+
 def pct(x: float | None) -> str:
     if x is None:
         return "-"
@@ -231,7 +235,7 @@ def cheat_section(rows: Sequence[EvaluationRecord], checks: Sequence[tuple[str, 
 
 
 PROFILE_COLUMNS = (("duration_us", "duration us", us), ("dram_throughput_pct", "DRAM % peak", g3),
-                   ("l2_throughput_pct", "L2 % peak", g3), ("l2_read_bytes", "L2 read bytes", g3),
+                   ("l2_throughput_pct", "L2 % peak", g3), ("l2_read_bytes", "L2 read MB", mb),
                    ("l1_hit_pct", "L1 hit %", g3), ("achieved_occupancy_pct", "occupancy %", g3),
                    ("registers_per_thread", "registers", str), ("spill_bytes", "spill bytes", g3),
                    ("floor_fraction", "floor fraction", pct), ("issue_active_pct", "issue %", g3))  # fmt: skip

@@ -119,7 +119,8 @@ def fixed_changes() -> tuple[Change, ...]:
 
 PROFILE = {"candidate_hash": HASHES["fast_rows"], "shape_label": "T=16384", "status": "profiled", "run_id": "prof-1",
            "kernels": [{"name": "_fused_kernel"}], "duration_us": 168.2, "dram_throughput_pct": 93.1,
-           "achieved_occupancy_pct": 61.5, "registers_per_thread": 40, "spill_bytes": 0.0, "floor_fraction": 0.933,
+           "l2_throughput_pct": 47.5, "l2_read_bytes": 352e6, "l1_hit_pct": 0.4, "achieved_occupancy_pct": 61.5,
+           "registers_per_thread": 40, "spill_bytes": 0.0, "floor_fraction": 0.933,
            "issue_active_pct": 41.2, "xu_pipe_pct": 18.4, "fp64_pipe_pct": 9.0, "fma_pipe_pct": 22.7,
            "alu_pipe_pct": 15.1, "ncu_version": "2025.3.1", "ncu_options": "--cache-control all",
            "created_utc": WHEN}  # fmt: skip
