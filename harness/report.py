@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.profile_kernel_records import pipes_cell
+from harness.profile_summary import format_cell
 from harness.records import EvaluationRecord, PromotionRecord, Status
 from harness.regression import Comparison
 from harness.report_chart import SpeedupPoint, speedup_chart
@@ -122,8 +123,8 @@ def g3(x: float | None) -> str:
     return "-" if x is None else f"{x:.3g}"
 
 
-def mb(x: float | None) -> str:
-    return "-" if x is None else f"{x / 1e6:.3g}"
+def size(x: float | None) -> str:
+    return format_cell("bytes", x)  # "352.00 MB": the kernel profile tables' own byte cells
 
 
 def pct(x: float | None) -> str:
@@ -235,7 +236,7 @@ def cheat_section(rows: Sequence[EvaluationRecord], checks: Sequence[tuple[str, 
 
 
 PROFILE_COLUMNS = (("duration_us", "duration us", us), ("dram_throughput_pct", "DRAM % peak", g3),
-                   ("l2_throughput_pct", "L2 % peak", g3), ("l2_read_bytes", "L2 read MB", mb),
+                   ("l2_throughput_pct", "L2 % peak", g3), ("l2_read_bytes", "L2 read", size),
                    ("l1_hit_pct", "L1 hit %", g3), ("achieved_occupancy_pct", "occupancy %", g3),
                    ("registers_per_thread", "registers", str), ("spill_bytes", "spill bytes", g3),
                    ("floor_fraction", "floor fraction", pct), ("issue_active_pct", "issue %", g3))  # fmt: skip
