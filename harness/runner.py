@@ -221,7 +221,9 @@ class _Unit:
 
 
 class _Evaluation:
-    """The state of one run: settings, directories, units, and the steps that fill them."""
+    """The state of one run: settings, directories, units, and the steps that fill them. A context
+    manager: leaving it removes the run's scratch root (the children's job directories) unless
+    `keep_scratch`."""
 
     def __init__(self, task: Task, candidates: Sequence[Candidate], settings: EvaluationSettings,
                  echo: Callable[[str], None] = print):  # fmt: skip
@@ -247,6 +249,13 @@ class _Evaluation:
         os.chmod(self.root, 0o711)
         self.peer_artifacts: Path | None = None  # the baselines child's torch.compile artifacts, once written
         self.started = time.monotonic()  # the run's budget counts from here
+
+    def __enter__(self) -> _Evaluation:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if not self.settings.keep_scratch:
+            shutil.rmtree(self.root, ignore_errors=True)
 
     # -- children --
     def _request(self, job: sandbox.Job, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str],
@@ -728,28 +737,27 @@ def evaluate(
 ) -> RunResult:
     """Evaluate `candidates` (validated, harness/candidates.py) for `task`; append the records."""
     started = time.monotonic()
-    ev = _Evaluation(task, candidates, settings, echo)
-    env = environment.capture().to_dict()
-    timing_skipped = None
-    if not ev.on_gpu:
-        timing_skipped = ("no CUDA GPU: parity ran through the Triton interpreter on CPU shapes; "
-                          "timings there are not meaningful and were skipped")  # fmt: skip
-    elif not settings.benchmark:
-        timing_skipped = "benchmark=false"
-    with_baselines = ev.on_gpu and settings.baselines
-    n_children = len(ev.units) * (2 if ev.on_gpu and settings.benchmark else 1) + int(with_baselines)
-    echo(f"{task.name}: {len(ev.units)} candidate(s) x {len(ev.shapes)} shape(s) x {len(settings.seeds)} seed(s) "
-         f"on {ev.device}; run {ev.run_id}")  # fmt: skip
-    phases_s: dict[str, float] = {}
+    with _Evaluation(task, candidates, settings, echo) as ev:  # leaving it removes the scratch root
+        env = environment.capture().to_dict()
+        timing_skipped = None
+        if not ev.on_gpu:
+            timing_skipped = ("no CUDA GPU: parity ran through the Triton interpreter on CPU shapes; "
+                              "timings there are not meaningful and were skipped")  # fmt: skip
+        elif not settings.benchmark:
+            timing_skipped = "benchmark=false"
+        with_baselines = ev.on_gpu and settings.baselines
+        n_children = len(ev.units) * (2 if ev.on_gpu and settings.benchmark else 1) + int(with_baselines)
+        echo(f"{task.name}: {len(ev.units)} candidate(s) x {len(ev.shapes)} shape(s) x {len(settings.seeds)} seed(s) "
+             f"on {ev.device}; run {ev.run_id}")  # fmt: skip
+        phases_s: dict[str, float] = {}
 
-    def phase(name: str, work: Callable[[], None]) -> None:
-        """Time one phase and say so as soon as it ends (a run killed later still shows where its time went)."""
-        t0 = time.monotonic()
-        work()
-        phases_s[name] = time.monotonic() - t0
-        echo(f"{task.name}: {name} phase took {phases_s[name]:.1f} s")
+        def phase(name: str, work: Callable[[], None]) -> None:
+            """Time one phase and say so as soon as it ends (a run killed later still shows where its time went)."""
+            t0 = time.monotonic()
+            work()
+            phases_s[name] = time.monotonic() - t0
+            echo(f"{task.name}: {name} phase took {phases_s[name]:.1f} s")
 
-    try:
         with tqdm(total=n_children, desc=f"{task.name} children", unit="child", disable=not settings.progress) as bar:
             phase("parity", lambda: ev.run_parity_children(bar))
             if with_baselines:
@@ -758,9 +766,6 @@ def evaluate(
             if ev.on_gpu and settings.benchmark:
                 phase("bench", lambda: ev.run_bench_children(bar))
         records = ev.records(env, timing_skipped)
-    finally:
-        if not settings.keep_scratch:
-            shutil.rmtree(ev.root, ignore_errors=True)
     results = task_results_dir(settings.results_path, task.name)
     for r in records:
         append(results / RECORDS_FILE, r)

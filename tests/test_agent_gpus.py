@@ -63,8 +63,8 @@ def test_the_runner_hands_cuda_devices_to_every_child(tmp_path, monkeypatch):
     monkeypatch.setattr(sandbox, "run_child", fake_run_child)
     for cuda_devices in ("1", None):
         settings = runner.EvaluationSettings(device="cpu", cuda_devices=cuda_devices, cache_dir=str(tmp_path))
-        ev = runner._Evaluation(TASK, [], settings)
-        ev._spawn("bench-baselines", "bench", None, [], [s.label for s in ev.shapes], 5.0)
+        with runner._Evaluation(TASK, [], settings) as ev:
+            ev._spawn("bench-baselines", "bench", None, [], [s.label for s in ev.shapes], 5.0)
     assert seen == ["1", None]
 
 

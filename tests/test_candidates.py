@@ -45,8 +45,8 @@ def test_every_candidate_passes_parity(task_name, tmp_path):
 def _gpu_configs(task, path, tmp_path) -> list[dict]:
     """The kwargs of every config the candidate file's GPU autotuners may choose, as the runner lists them."""
     settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), cache_dir=str(tmp_path))
-    ev = runner._Evaluation(task, [candidates.load(path, task.name, task.op_name)], settings)
-    return [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
+    with runner._Evaluation(task, [candidates.load(path, task.name, task.op_name)], settings) as ev:
+        return [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
 
 
 def _load_module(path):

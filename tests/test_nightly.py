@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -240,8 +241,9 @@ def two_task_tree(tmp_path: Path, sleep_s: float) -> None:
     gate.write_text(OUTPUT_GATE.format(why=f", {sleep_s} s late", sleep=sleep_s))
 
 
-def start(tmp_path: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+def start(tmp_path: Path, temp: Path | None = None) -> subprocess.Popen:
+    """A nightly process on the two-task tree; `temp` its TMPDIR (the evaluation's scratch root goes there)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **({"TMPDIR": str(temp)} if temp else {})}
     args = [sys.executable, "-m", "harness", "nightly", "tasks=[fuse_norm,output_gate]", "device=cpu",
             "shapes=['tiny T=1']", "seeds=[1]", "progress=false", "run=night", f"results_dir={tmp_path / 'results'}",
             f"candidates_dir={tmp_path / 'candidates'}"]  # fmt: skip
@@ -275,10 +277,20 @@ def test_two_nightlies_at_once_do_each_item_once(tmp_path):
     assert sum("done already" in out or "waiting for" in out for out in outs) >= 1, outs  # they met
 
 
-def test_a_killed_nightly_resumes_where_it_stopped(tmp_path):
+@pytest.fixture
+def temp_for_a_victim():
+    """TMPDIR for a nightly that is killed, so cannot remove its scratch: removed here instead. In /tmp,
+    traversable like it, for the sandboxed children that run in the scratch root."""
+    temp = Path(tempfile.mkdtemp(prefix="beam-killed-nightly-"))
+    os.chmod(temp, 0o711)
+    yield temp
+    shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_killed_nightly_resumes_where_it_stopped(tmp_path, temp_for_a_victim):
     two_task_tree(tmp_path, sleep_s=3.0)
     journal = Journal(tmp_path / "results" / "nightly" / "night")
-    victim = start(tmp_path)
+    victim = start(tmp_path, temp_for_a_victim)
     deadline = time.monotonic() + 120
     while not any(e.item == "evaluate:output_gate" for e in journal.entries()[0]):  # fuse_norm done, gate begun
         assert victim.poll() is None and time.monotonic() < deadline, victim.communicate()[0]

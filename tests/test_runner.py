@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -722,21 +724,21 @@ def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str,
 
     task = get_task("fuse_norm")
     cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
-    ev = runner._Evaluation(task, [cand], runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path)))
-    ev.device, ev.on_gpu, ev.shapes = "cuda", True, [task.shape(label, "cuda") for label in labels]
-    unit = ev.units[0]
-    events = [
-        {"event": "isolation", "layers": {"audit_hook": "active"}},
-        {"event": "imported", "cheats": []},
-        {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
-        *({"event": "timing", "shape": label, "results": timings[label]} for label in labels),
-        {"event": "done", "violations": []},
-    ]  # fmt: skip
-    for label in labels:
-        unit.status[label] = (Status.PASSED, "")
-        unit.verdicts[label] = [parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})]
-    ev._read_bench(unit, sandbox.ChildRun(0, False, 1.0, events, ""), labels)
-    return task, ev, ev.records({"device": "NVIDIA H200"}, None)
+    with runner._Evaluation(task, [cand], runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path))) as ev:
+        ev.device, ev.on_gpu, ev.shapes = "cuda", True, [task.shape(label, "cuda") for label in labels]
+        unit = ev.units[0]
+        events = [
+            {"event": "isolation", "layers": {"audit_hook": "active"}},
+            {"event": "imported", "cheats": []},
+            {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
+            *({"event": "timing", "shape": label, "results": timings[label]} for label in labels),
+            {"event": "done", "violations": []},
+        ]  # fmt: skip
+        for label in labels:
+            unit.status[label] = (Status.PASSED, "")
+            unit.verdicts[label] = [parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})]
+        ev._read_bench(unit, sandbox.ChildRun(0, False, 1.0, events, ""), labels)
+        return task, ev, ev.records({"device": "NVIDIA H200"}, None)
 
 
 def _timed(method: str, **p50s: float) -> dict[str, dict]:
@@ -1050,12 +1052,12 @@ def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifact
 
     monkeypatch.setattr(sandbox, "run_child", fake_run_child)
     settings = runner.EvaluationSettings(device="cpu", cache_dir=str(tmp_path / "cache"), results_dir=str(tmp_path))
-    ev = runner._Evaluation(task, [cand], settings, echo=lines.append)
-    labels = [s.label for s in ev.shapes]
-    ev._spawn("baselines", "baselines", None, ["reference", "torch_compile"], labels, 5.0)
-    _, job = ev._spawn("bench-x", "bench", ev.units[0], ["reference", "torch_compile"], labels, 5.0)
-    copy = Path(requests[1]["peer_artifacts"])
-    assert copy.parent == job.job_dir and copy.stat().st_mode & 0o777 == 0o644  # outside the child's scratch
+    with runner._Evaluation(task, [cand], settings, echo=lines.append) as ev:  # its scratch root holds the copy
+        labels = [s.label for s in ev.shapes]
+        ev._spawn("baselines", "baselines", None, ["reference", "torch_compile"], labels, 5.0)
+        _, job = ev._spawn("bench-x", "bench", ev.units[0], ["reference", "torch_compile"], labels, 5.0)
+        copy = Path(requests[1]["peer_artifacts"])
+        assert copy.parent == job.job_dir and copy.stat().st_mode & 0o777 == 0o644  # outside the child's scratch
     assert (tmp_path / "cache" / "peers" / "fuse_norm.bin").read_bytes() == b"compiled peers"  # for later runs
     assert lines[0].endswith("(saved 14 bytes of torch.compile artifacts)")
     assert lines[1].endswith(
@@ -1065,8 +1067,8 @@ def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifact
     )
     # A later run whose baselines child had nothing to save (all loaded from a warm cache) still has them.
     monkeypatch.setattr(sandbox, "run_child", lambda *args, **kwargs: sandbox.ChildRun(0, False, 1.0, [], ""))
-    later = runner._Evaluation(task, [cand], settings, echo=lines.append)
-    later._spawn("baselines", "baselines", None, ["reference", "torch_compile"], labels, 5.0)
+    with runner._Evaluation(task, [cand], settings, echo=lines.append) as later:
+        later._spawn("baselines", "baselines", None, ["reference", "torch_compile"], labels, 5.0)
     assert later.peer_artifacts == tmp_path / "cache" / "peers" / "fuse_norm.bin"
 
 
@@ -1085,16 +1087,16 @@ def test_a_spent_budget_skips_the_benchmark_children_and_records_why(tmp_path, m
     monkeypatch.setattr(sandbox, "run_child", fake_run_child)
     for budget, clock in ((100.0, 80.0), (100.0, 40.0)):  # 20 s left: skipped; 60 s left: capped at 60
         settings = runner.EvaluationSettings(device="cpu", budget_s=budget, results_dir=str(tmp_path))
-        ev = runner._Evaluation(task, [cand], settings, echo=lambda _: None)
-        ev.device, ev.on_gpu, ev.shapes = "cuda", True, list(task.shapes[:2])
-        for s in ev.shapes:
-            ev.units[0].status[s.label] = (Status.PASSED, "")
-            ev.units[0].verdicts[s.label] = [
-                parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})
-            ]
-        ev.started -= clock
-        ev.run_bench_children(runner.tqdm(disable=True))
-        record = ev.records({}, None)[0]
+        with runner._Evaluation(task, [cand], settings, echo=lambda _: None) as ev:
+            ev.device, ev.on_gpu, ev.shapes = "cuda", True, list(task.shapes[:2])
+            for s in ev.shapes:
+                ev.units[0].status[s.label] = (Status.PASSED, "")
+                ev.units[0].verdicts[s.label] = [
+                    parity.CallParity(True, "nearest", {"x_TD": parity.OutputParity("x_TD", True, "")})
+                ]
+            ev.started -= clock
+            ev.run_bench_children(runner.tqdm(disable=True))
+            record = ev.records({}, None)[0]
         assert record.status is Status.PASSED and record.timing is None
         if clock == 80.0:
             assert not limits and "budget of 100 s was spent" in record.timing_skipped, record.timing_skipped
@@ -1102,6 +1104,32 @@ def test_a_spent_budget_skips_the_benchmark_children_and_records_why(tmp_path, m
             assert limits and 55.0 < limits[0] <= 60.0
             assert "timed out" in record.timing_skipped
             assert "end of the run's budget (100 s)" in record.baseline_notes["benchmark child"]
+
+
+def test_a_run_removes_its_scratch_root_however_it_ends_unless_asked_to_keep_it(tmp_path, monkeypatch):
+    """The children's job directories live under one root per run; a run that fails halfway (here the
+    child runner itself breaks) leaves nothing behind in the temp dir, and keep_scratch keeps it."""
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    cand = candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+
+    def broken_run_child(*args, **kwargs):
+        raise RuntimeError("the child runner broke")
+
+    monkeypatch.setattr(sandbox, "run_child", broken_run_child)
+    settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path / "results"), progress=False)
+    with pytest.raises(RuntimeError, match="the child runner broke"):
+        runner.evaluate(task, [cand], settings, echo=lambda _: None)
+    assert list(temp.iterdir()) == []
+    with pytest.raises(RuntimeError, match="the child runner broke"):
+        runner.evaluate(task, [cand], dataclasses.replace(settings, keep_scratch=True), echo=lambda _: None)
+    (kept,) = temp.iterdir()
+    assert kept.name.startswith("beam-harness-fuse_norm-") and kept.is_dir()
 
 
 def test_a_negative_budget_is_bad_input():
