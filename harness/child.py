@@ -9,7 +9,8 @@ Modes:
   parity  import the implementation (a candidate: after the audit hook), then for every shape and
           seed: fresh inputs, poisoned allocator, one call under the cheat checks, outputs saved.
           The reference never runs here, so no stale reference output exists to be found. Then
-          the same again for each config in force_configs, alone in its kernel's autotuner.
+          the same again for each config in force_configs, alone in its kernel's autotuner, at
+          the shapes where the candidate's own call launched that kernel.
   configs import the candidate without the interpreter and report every config its Triton
           autotuners may choose on a GPU (the parent forces them in the parity child).
   bench   (GPU) warm the baselines (reference, torch.compile of it, library kernels; their outputs
@@ -289,10 +290,37 @@ def _save_outputs(torch, task, returned, inputs, out_dir: Path, stem: str) -> di
     return {"file": path.name, "sha256": digest, "n_outputs": len(outputs)}
 
 
+class LaunchLog:
+    """Which of the candidate's Triton autotuners launched in each (shape, seed) call of its parity loop.
+    A config forced into a kernel that did not launch at a shape would run the very code the candidate's
+    own call ran there: forced_configs_loop skips those shapes instead of asking them again."""
+
+    def __init__(self, autotuners: dict[str, Any]):
+        self.current: tuple[str, int] | None = None  # the call in progress, while the log records
+        self.launched: dict[tuple[str, int], set[str]] = {}
+        self.completed: set[tuple[str, int]] = set()  # calls that returned: only they say what did not run
+        for name, tuner in autotuners.items():
+            tuner.run = self._recording(name, tuner.run)  # an instance attribute: kernel[grid](...) calls it
+
+    def _recording(self, name: str, run: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(*args, **kwargs):
+            if self.current is not None:
+                self.launched.setdefault(self.current, set()).add(name)
+            return run(*args, **kwargs)
+
+        return recorded
+
+    def idle_at(self, kernel: str, shape: str, seed: int) -> bool:
+        """Whether the candidate's call at (shape, seed) returned without launching `kernel`."""
+        return (shape, seed) in self.completed and kernel not in self.launched.get((shape, seed), set())
+
+
 def parity_loop(
-    torch, request, task, fn, impl, report, monitor, guard, keep_alive, watch_fallback, trusted=False
-) -> None:
-    """Every shape and seed through `checked_call`; outputs saved for the parent to judge."""
+    torch, request, task, fn, impl, report, monitor, guard, keep_alive, watch_fallback, trusted=False,
+    launches: LaunchLog | None = None,
+) -> None:  # fmt: skip
+    """Every shape and seed through `checked_call`; outputs saved for the parent to judge. `launches`,
+    if given, records which autotuners each call launched."""
     device = torch.device(request["device"])
     out_dir = Path(request["scratch"]) / "outputs"
     out_dir.mkdir(exist_ok=True)
@@ -303,9 +331,13 @@ def parity_loop(
         for seed in request["seeds"]:
             report.emit("call_start", impl=impl, shape=shape_label, seed=seed)
             inputs = task.make_inputs(shape, seed, device)
+            if launches is not None:
+                launches.current = (shape_label, seed)
             try:
                 returned, cheats = checked_call(torch, task, fn, inputs, device, request["settle_s"], earlier_ptrs,
                                                 guard, watch_fallback, trusted)  # fmt: skip
+                if launches is not None:
+                    launches.completed.add((shape_label, seed))
                 file_info = _save_outputs(torch, task, returned, inputs, out_dir, f"{impl}-{shape_label}-{seed}")
             except BaseException as e:  # the implementation's failure is data: recorded, the next shape runs
                 fallback = compile_fallback(e) if trusted else None
@@ -316,6 +348,9 @@ def parity_loop(
                 if status == "cuda_fault":
                     return  # the CUDA context is dead: nothing more can run in this process
                 break  # the remaining seeds of this shape would fail alike
+            finally:
+                if launches is not None:
+                    launches.current = None
             if file_info["file"] is not None:
                 for i, t in enumerate(_items(returned)):
                     earlier_ptrs.setdefault(_storage_ptr(t), f"shape {shape_label} seed {seed} output {i}")
@@ -372,17 +407,27 @@ def autotuned_configs(module: Any) -> dict[str, list[dict[str, Any]]]:
     }  # fmt: skip
 
 
-def forced_configs_loop(torch, request, task, launcher, report, monitor, guard) -> None:
+def forced_configs_loop(torch, request, task, launcher, report, monitor, guard, launches: LaunchLog) -> None:
     """The parity loop again for each config in request["force_configs"], that config alone in its
-    kernel's autotuner (impl "candidate@<i>"); the autotuner's own configs come back after each."""
+    kernel's autotuner (impl "candidate@<i>"); the autotuner's own configs come back after each. Only
+    at the shapes where the candidate's own call launched that kernel (`launches`, seed 1): elsewhere
+    the config changes nothing ("config_idle"), and one whose kernel ran nowhere is not forced."""
     import triton
 
     autotuners = _autotuners(sys.modules[launcher.__module__])
+    seed = request["seeds"][0]
     for i, forced in enumerate(request.get("force_configs") or []):
         kernel = autotuners.get(forced["kernel"])
         if kernel is None:
             report.emit("config_not_forced", index=i, reason=f"{forced['kernel']} is not a Triton autotuner here")
             continue
+        idle = [s for s in request["shapes"] if launches.idle_at(forced["kernel"], s, seed)]
+        if len(idle) == len(request["shapes"]):
+            why = f"{forced['kernel']} did not launch at any shape (seed {seed}): nothing to check"
+            report.emit("config_not_forced", index=i, reason=why)
+            continue
+        if idle:
+            report.emit("config_idle", index=i, shapes=idle)
         config = forced["config"]
         shipped = kernel.configs
         kernel.configs = [triton.Config(config["kwargs"], num_warps=config["num_warps"],
@@ -391,7 +436,7 @@ def forced_configs_loop(torch, request, task, launcher, report, monitor, guard) 
         # checks ran on the candidate's own config above, as did the fallback watch, which traces
         # every Python call (the interpreter makes some per Triton op: minutes per config). Outputs
         # are kept alive per config only: every config's at once could fill a GPU.
-        one_seed = {**request, "seeds": request["seeds"][:1]}
+        one_seed = {**request, "seeds": [seed], "shapes": [s for s in request["shapes"] if s not in idle]}
         try:
             parity_loop(torch, one_seed, task, launcher, f"candidate@{i}", report, monitor, guard, [],
                         watch_fallback=False)  # fmt: skip
@@ -665,10 +710,10 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         return
     report.emit("imported", cheats=changed_identities(guard, task_module), violations=list(monitor.violations))
     if mode == "parity":
-        parity_loop(
-            torch, request, task, launcher, "candidate", report, monitor, guard, keep_alive, watch_fallback=True
-        )
-        forced_configs_loop(torch, request, task, launcher, report, monitor, guard)
+        launches = LaunchLog(_autotuners(sys.modules[launcher.__module__]))
+        parity_loop(torch, request, task, launcher, "candidate", report, monitor, guard, keep_alive,
+                    watch_fallback=True, launches=launches)  # fmt: skip
+        forced_configs_loop(torch, request, task, launcher, report, monitor, guard, launches)
     elif mode == "configs":  # imported without the interpreter: the configs a GPU autotuner may choose
         report.emit("configs", kernels=autotuned_configs(sys.modules[launcher.__module__]))
     else:

@@ -180,8 +180,11 @@ class EvaluationRecord:
     # (alone on the GPU) chose them; the configs that were timed above.
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)
     # Parity of every config its GPU autotuners may choose, each forced alone (`configs=all`): how
-    # many were checked on this shape, and why any were not (a kernel not autotuned on the interpreter).
+    # many were checked on this shape, how many were idle here (their kernel did not launch at this
+    # shape, so the candidate's own call already ran what they would), and why any were not forced at
+    # all (a kernel not autotuned on the interpreter, or one that launched at no shape).
     configs_checked: int = 0
+    configs_idle: int = 0
     configs_unchecked: list[str] = field(default_factory=list)
     log_tail: str = ""
     record_id: str = field(default_factory=new_id)

@@ -113,6 +113,7 @@ def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote
         return "baseline"
     if r.timing is None:
         forced = f", {r.configs_checked} forced configs too" if r.configs_checked else ""
+        forced += f", {r.configs_idle} idle at this shape" if r.configs_idle else ""
         forced += f", {len(r.configs_unchecked)} configs unchecked" if r.configs_unchecked else ""
         return f"parity ok{forced}" + (f"; {r.timing_skipped}" if r.device == "cuda" else " (timing skipped: no GPU)")
     if r.suspicious:

@@ -6,7 +6,9 @@
    every shape and seed; the child saves outputs and reports what its checks saw. With
    `configs=all` (what the default, `auto`, means on the interpreter) a first child lists every
    config the candidate's GPU autotuners may choose, and the parity child then runs each alone on
-   one seed: a candidate passes a shape only if every one of them does.
+   one seed, at the shapes where the candidate's own call launched its kernel (elsewhere it would
+   run the same code again: "idle" there): a candidate passes a shape only if every config run
+   there does.
 2. Baselines (GPU): one trusted child (no candidate code) runs torch.compile of the reference and
    the task's library kernels on the same seeds, then times reference, torch.compile and
    libraries interleaved: the history of the baselines, and their own parity.
@@ -105,8 +107,9 @@ class EvaluationSettings:
     # child gets what is left, or is skipped and its candidate recorded untimed, saying why.
     budget_s: float = 0.0  # wall-time budget of the run, bounding its benchmark phase (0: none)
     # "chosen": the configs the candidate's autotuners pick in this run; "all": also every config a
-    # GPU autotuner of it may choose, each forced alone on one seed (one picked on another machine
-    # or shape must compute the same function too); "auto": all on the interpreter, chosen on a GPU.
+    # GPU autotuner of it may choose, each forced alone on one seed where its kernel launches (one
+    # picked on another machine or shape must compute the same function too); "auto": all on the
+    # interpreter, chosen on a GPU.
     configs: str = "auto"  # which autotuner configs parity checks: auto, chosen or all
     benchmark: bool = True  # time on the GPU (never on CPU)
     baselines: bool = True  # evaluate torch.compile and library baselines beside the candidates (GPU)
@@ -218,6 +221,7 @@ class _Unit:
     forced: list[str] = field(default_factory=list)  # the configs forced in its parity child, described
     config_units: list[tuple[str, _Unit]] = field(default_factory=list)  # (config, its calls), judged like it
     configs_unchecked: list[str] = field(default_factory=list)  # why a listed config was not forced
+    idle_shapes: set[str] = field(default_factory=set)  # a forced config's: its kernel did not launch there
 
 
 class _Evaluation:
@@ -333,12 +337,14 @@ class _Evaluation:
         for unit in self.units:
             self._read_events(unit, self.settings.parity_timeout_s)
             not_forced = {e["index"]: e["reason"] for e in unit.run.events if e["event"] == "config_not_forced"}
+            idle = {e["index"]: set(e["shapes"]) for e in unit.run.events if e["event"] == "config_idle"}
             unit.configs_unchecked = [f"{unit.forced[i]}: {why}" for i, why in sorted(not_forced.items())]
             for i, described in enumerate(unit.forced):
                 if i in not_forced:
                     continue
                 config_unit = _Unit(f"{unit.name}@{i}", "candidate", unit.candidate, unit.run, unit.job,
-                                    child_impl=f"candidate@{i}", seeds=self.settings.seeds[:1])  # fmt: skip
+                                    child_impl=f"candidate@{i}", seeds=self.settings.seeds[:1],
+                                    idle_shapes=idle.get(i, set()))  # fmt: skip
                 self._read_events(config_unit, self.settings.parity_timeout_s)
                 unit.config_units.append((described, config_unit))
 
@@ -530,9 +536,10 @@ class _Evaluation:
         for unit in every:
             for shape in self.shapes:
                 self._decide(unit, shape.label)
-        for unit in self.units:  # a candidate passes a shape only if every forced config passed it too
+        for unit in self.units:  # a candidate passes a shape only if every forced config run there passed too
             for label in (s.label for s in self.shapes if unit.status[s.label][0] is Status.PASSED):
-                failed = [(d, c) for d, c in unit.config_units if c.status[label][0] is not Status.PASSED]
+                ran = [(d, c) for d, c in unit.config_units if label not in c.idle_shapes]
+                failed = [(d, c) for d, c in ran if c.status[label][0] is not Status.PASSED]
                 if failed:
                     described, config_unit = failed[0]
                     status, detail = config_unit.status[label]
@@ -636,6 +643,7 @@ class _Evaluation:
                 fraction, suspicious = floor / timing.p50_us, bench.is_suspicious(timing.p50_us, floor)
         if unit.kind != "candidate":
             baselines_us, speedups = {}, {}  # a baseline's record carries its own timing only
+        checked = sum(shape.label not in config_unit.idle_shapes for _, config_unit in unit.config_units)
         c = unit.candidate
         return EvaluationRecord(
             run_id=self.run_id, task=self.task.name, implementation=unit.name, kind=unit.kind,
@@ -652,8 +660,8 @@ class _Evaluation:
             copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
             autotuned=unit.autotuned if timing is not None else {},
-            configs_checked=len(unit.config_units) if status is Status.PASSED else 0,  # all of them passed
-            configs_unchecked=unit.configs_unchecked,
+            configs_checked=checked if status is Status.PASSED else 0,  # all of them passed
+            configs_idle=len(unit.config_units) - checked, configs_unchecked=unit.configs_unchecked,
         )  # fmt: skip
 
 

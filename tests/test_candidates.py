@@ -39,7 +39,7 @@ def test_every_candidate_passes_parity(task_name, tmp_path):
     # configs=auto: every config a GPU autotuner of the file may choose was forced too, or the record says why not
     for r in result.records:
         if "triton.autotune" in (REPO_ROOT / r.candidate_path).read_text():
-            assert r.configs_checked or r.configs_unchecked, (r.implementation, r.shape_label)
+            assert r.configs_checked or r.configs_idle or r.configs_unchecked, (r.implementation, r.shape_label)
 
 
 def _gpu_configs(task, path, tmp_path) -> list[dict]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness.environment import REPO_ROOT
 from harness.records import Status
 
 
@@ -91,3 +92,43 @@ def test_configs_must_be_one_of_three():
 
     with pytest.raises(runner.UsageError, match=r"configs must be auto, chosen or all; got 'some'"):
         runner.EvaluationSettings(configs="some")
+
+
+def test_a_forced_config_runs_only_where_its_kernel_launches(tmp_path):
+    """Two autotuned paths chosen by T and a third kernel that never launches: a config is forced only
+    at the shapes where the candidate's own call launched its kernel (elsewhere it would run the very
+    same code), counted idle there, and one whose kernel launched nowhere is reported unchecked."""
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    cand = candidates.load(REPO_ROOT / "tests/fixtures/configs/two_paths.py", task.name, task.op_name)
+    settings = runner.EvaluationSettings(
+        device="cpu", shapes=("tiny T=1", "tiny T=5"), seeds=(1,), results_dir=str(tmp_path / "results"),
+        cache_dir=str(tmp_path / "cache"), progress=False,
+    )  # fmt: skip
+    one_row, rows = runner.evaluate(task, [cand], settings, echo=lambda _: None).records
+    unused = "_unused_kernel(BUG=True, warps=8): _unused_kernel did not launch at any shape (seed 1): nothing to check"
+    assert (one_row.status, one_row.configs_checked, one_row.configs_idle) == (Status.PASSED, 1, 2), one_row.detail
+    assert one_row.configs_unchecked == rows.configs_unchecked == [unused]
+    assert rows.status is Status.MISMATCH
+    assert rows.detail.startswith("config _rows_kernel(BUG=True, warps=4): x_TD: "), rows.detail
+    assert rows.configs_idle == 1  # _one_row_kernel's config: T = 5 takes the other path
+
+
+def test_the_launch_log_knows_only_what_a_returned_call_did_not_launch():
+    from harness.child import LaunchLog
+
+    class Tuner:
+        def run(self, *args, **kwargs):
+            return "launched"
+
+    tuners = {"a": Tuner(), "b": Tuner()}
+    log = LaunchLog(tuners)
+    assert tuners["a"].run() == "launched"  # outside a call: not recorded
+    log.current = ("T=1", 1)
+    tuners["a"].run(grid=(1,))
+    log.completed.add(("T=1", 1))
+    log.current = ("T=5", 1)  # this call raised: it never completed
+    assert (log.idle_at("b", "T=1", 1), log.idle_at("a", "T=1", 1)) == (True, False)
+    assert not log.idle_at("b", "T=5", 1) and not log.idle_at("b", "T=1", 2)
