@@ -410,7 +410,7 @@ def autotuned_configs(module: Any) -> dict[str, list[dict[str, Any]]]:
 def forced_configs_loop(torch, request, task, launcher, report, monitor, guard, launches: LaunchLog) -> None:
     """The parity loop again for each config in request["force_configs"], that config alone in its
     kernel's autotuner (impl "candidate@<i>"); the autotuner's own configs come back after each. Only
-    at the shapes where the candidate's own call launched that kernel (`launches`, seed 1): elsewhere
+    at the shapes where the candidate's own call on the first seed launched that kernel: elsewhere
     the config changes nothing ("config_idle"), and one whose kernel ran nowhere is not forced."""
     import triton
 
