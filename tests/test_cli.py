@@ -120,9 +120,11 @@ def test_a_value_of_the_wrong_type_is_refused_by_hydra(capsys):
     assert code == 1 and "could not be converted to Integer" in err
 
 
-def test_a_multirun_sweep_runs_every_job_and_fails_if_one_fails(capsys):
-    code, _, err = run_in_process(capsys, "run", "-m", "task=nope,also_nope")
+def test_a_multirun_sweep_runs_every_job_and_fails_if_one_fails(capsys, tmp_path):
+    sweep = tmp_path / "sweep"  # not the default under $TMPDIR, which nothing would remove
+    code, _, err = run_in_process(capsys, "run", "-m", "task=nope,also_nope", f"hydra.sweep.dir={sweep}")
     assert code == 1 and "task 'nope' unknown" in err and "task 'also_nope' unknown" in err
+    assert (sweep / "multirun.yaml").is_file()
 
 
 def test_run_end_to_end_with_a_real_triton_candidate(tmp_path):
