@@ -296,7 +296,7 @@ class LaunchLog:
     own call ran there: forced_configs_loop skips those shapes instead of asking them again."""
 
     def __init__(self, autotuners: dict[str, Any]):
-        self.current: tuple[str, int] | None = None  # the call in progress, while the log records
+        self.current: tuple[str, int] | None = None  # the call in progress (`call`), while the log records
         self.launched: dict[tuple[str, int], set[str]] = {}
         self.completed: set[tuple[str, int]] = set()  # calls that returned: only they say what did not run
         for name, tuner in autotuners.items():
@@ -309,6 +309,16 @@ class LaunchLog:
             return run(*args, **kwargs)
 
         return recorded
+
+    @contextlib.contextmanager
+    def call(self, shape: str, seed: int):
+        """Records the launches of the call at (shape, seed) made inside; a call that returns is completed."""
+        self.current = (shape, seed)
+        try:
+            yield
+            self.completed.add((shape, seed))
+        finally:
+            self.current = None
 
     def idle_at(self, kernel: str, shape: str, seed: int) -> bool:
         """Whether the candidate's call at (shape, seed) returned without launching `kernel`."""
@@ -331,13 +341,10 @@ def parity_loop(
         for seed in request["seeds"]:
             report.emit("call_start", impl=impl, shape=shape_label, seed=seed)
             inputs = task.make_inputs(shape, seed, device)
-            if launches is not None:
-                launches.current = (shape_label, seed)
             try:
-                returned, cheats = checked_call(torch, task, fn, inputs, device, request["settle_s"], earlier_ptrs,
-                                                guard, watch_fallback, trusted)  # fmt: skip
-                if launches is not None:
-                    launches.completed.add((shape_label, seed))
+                with launches.call(shape_label, seed) if launches else contextlib.nullcontext():
+                    returned, cheats = checked_call(torch, task, fn, inputs, device, request["settle_s"],
+                                                    earlier_ptrs, guard, watch_fallback, trusted)  # fmt: skip
                 file_info = _save_outputs(torch, task, returned, inputs, out_dir, f"{impl}-{shape_label}-{seed}")
             except BaseException as e:  # the implementation's failure is data: recorded, the next shape runs
                 fallback = compile_fallback(e) if trusted else None
@@ -348,9 +355,6 @@ def parity_loop(
                 if status == "cuda_fault":
                     return  # the CUDA context is dead: nothing more can run in this process
                 break  # the remaining seeds of this shape would fail alike
-            finally:
-                if launches is not None:
-                    launches.current = None
             if file_info["file"] is not None:
                 for i, t in enumerate(_items(returned)):
                     earlier_ptrs.setdefault(_storage_ptr(t), f"shape {shape_label} seed {seed} output {i}")

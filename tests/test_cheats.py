@@ -126,9 +126,10 @@ def test_the_launch_log_knows_only_what_a_returned_call_did_not_launch():
     tuners = {"a": Tuner(), "b": Tuner()}
     log = LaunchLog(tuners)
     assert tuners["a"].run() == "launched"  # outside a call: not recorded
-    log.current = ("T=1", 1)
-    tuners["a"].run(grid=(1,))
-    log.completed.add(("T=1", 1))
-    log.current = ("T=5", 1)  # this call raised: it never completed
+    with log.call("T=1", 1):
+        tuners["a"].run(grid=(1,))
+    with pytest.raises(RuntimeError), log.call("T=5", 1):  # this call raised: it never completed
+        raise RuntimeError("the candidate failed")
+    assert log.current is None and tuners["a"].run() == "launched"
     assert (log.idle_at("b", "T=1", 1), log.idle_at("a", "T=1", 1)) == (True, False)
     assert not log.idle_at("b", "T=5", 1) and not log.idle_at("b", "T=1", 2)
