@@ -176,3 +176,38 @@ def test_token_ring_matches_head_groups_where_tma_cannot_read(tmp_path):
         ring._qk_norm_rope_ring_kernel = autotuned
     assert paths == {True, False}, "the cases must take both the TMA and the plain path"
     assert len(gpu_configs) > 1 and not failures, "\n".join(failures)
+
+
+# ---- qkv_gate_gemm/flat_gemv: the one-token GEMV on rows and widths the task never gives --------------
+def test_flat_gemv_rounds_every_row_once_at_any_width(tmp_path):
+    """At T = 1 flat_gemv runs its GEMV, not swap_ab's MMAs. With each of its GPU configs forced, a row
+    count that leaves a masked row (7, 5, 3 against ROWS = 2) and widths with no tail (64), a masked
+    tail (100: 64 + 36 of 64) and a 2-wide one (130: 128 + 2), every output is the exact FP64 product
+    rounded once to BF16, give or take the FP32 sum's own error."""
+    import torch
+    import triton
+
+    from harness import interpreter_patches
+
+    path = REPO_ROOT / "candidate_kernels" / "qkv_gate_gemm" / "flat_gemv.py"
+    gemv_configs = [kw for kw in _gpu_configs(TASKS["qkv_gate_gemm"], path, tmp_path) if "ROWS" in kw]
+    module = _load_module(path)
+    interpreter_patches.apply()
+    shipped, failures = module._gemv_kernel.configs, []
+    gen = torch.Generator().manual_seed(3)
+    try:
+        for kwargs in gemv_configs:
+            module._gemv_kernel.configs = [triton.Config(kwargs)]
+            for N, D in ((7, 64), (5, 100), (3, 130)):
+                x = torch.randn(1, D, generator=gen).to(torch.bfloat16)
+                w = (torch.randn(N, D, generator=gen) / D**0.5).to(torch.bfloat16)
+                exact = x.double() @ w.double().T
+                got = module.qkv_gate_proj(x, w).double()
+                # half a BF16 ulp of the exact value, plus the FP32 sum's error bound over D products
+                ulp = torch.exp2(torch.floor(torch.log2(exact.abs())) - 7)
+                bound = ulp / 2 + D * 2**-24 * (x.double().abs() @ w.double().abs().T)
+                if got.shape != (1, N) or not bool(((got - exact).abs() <= bound).all()):
+                    failures.append(f"{kwargs} N={N} D={D}: {got.tolist()} against {exact.tolist()}")
+    finally:
+        module._gemv_kernel.configs = shipped
+    assert len(gemv_configs) > 1 and not failures, "\n".join(failures)
