@@ -9,7 +9,7 @@ What changes, and why. At T = 1 swap_ab streams W through a 4-stage cp.async rin
 per 8 KB with all of its loads in flight at once, replays in 33.7-34.0 us. Here one token is that
 read plus a multiply: a program owns ROWS (1 or 2) whole rows of W, issues every load of them at once
 (5120 columns as a 4096-wide block and a 1024-wide tail: no masked lane, no K loop), multiplies by x
-(80 KB of L1 hits per SM) and sums each row in one FP32 tree. 14336 programs of 4 warps, many per SM:
+(10 KB that every program reads again, from L1 or L2) and sums each row in one FP32 tree. 14336 programs of 4 warps, many per SM:
 the GPU's block scheduler keeps the loads in flight that the ring had to keep by hand.
 Measured before this file (twentieth session, `qkv_gemv_sweep.py`, graph replays, 3 rotated weights,
 one process): one row per program, 4 warps, W loads marked evict_first: 34.64 us at T = 1, against
@@ -22,6 +22,17 @@ Floor (bytes / 4275 GB/s, bytes = N*D*2 + T*D*2 + T*N*2, N = 14336, D = 5120):
   T=64  149.3 MB -> 34.93 us
   Measured read ceiling: a plain Triton read of one 146.8 MB weight replays in 33.7 us (tenth
   session) and 34.0 us (twentieth).
+Measured on the H200 (twentieth session, 922f81e, results/README.md; `harness run task=qkv_gate_gemm
+"candidates=[flat_gemv,swap_ab]" bench.max_seconds=3`), p50 us, swap_ab and the packed cuBLAS
+reference timed in this file's child:
+  T=1 **34.45** / 35.62 / 36.57 (100% of the floor, 105% of the same-bytes launch: goal met by 1.05 us),
+  T=3 35.34 / 35.52 / 37.05, T=8 35.85 / 35.84 / 35.82, T=64 37.54 / 37.51 / 39.32, T=1000 230.30 /
+  229.42 / 185.08 (T >= 2 is swap_ab's code: the differences there are the run's noise). Its
+  autotuner took (1 row, evict_first, 4 warps), the sweep's winner. Nsight Compute, one cold call at
+  T=1: 35.7 us, 86.8% of DRAM peak, 148.9 MB from DRAM (the floor's 146.8 plus 1.4%), 31 registers,
+  93.1% achieved occupancy, issue slots 52.2% used.
+  Goal missed at T=8 by 0.35 us: there swap_ab's ring ties cuBLAS (35.85 against 35.82). Not
+  promotable: T=1000 is 0.80x cuBLAS, swap_ab's prefill tiles.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 - T = 1: each product of two BF16 values is exact in FP32; every lane adds its products over the row's

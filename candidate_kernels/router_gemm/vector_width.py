@@ -43,7 +43,13 @@ Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.69 / 1.19 / 1.70 us. Wh
     4.57 us against this file's 4.70 beside it, inside the 5% the promotion rule calls noise.
   - T=64 (BF16x3, narrow_tiles' code and configs): Nsight Compute on bit_split (the same code), one
     cold call: 8.8 us, 14.1% of DRAM peak, 11.3% achieved occupancy (153 registers), ALU 39%: latency
-    that more resident programs alone did not hide (token_tiles, sixteenth session).
+    that more resident programs alone did not hide (token_tiles, sixteenth session). Where the time
+    goes (twentieth session, `router_sweep5.py`, graph replays, its T = 64 pick forced): 7.66 us in
+    all; 6.35 with the arrival counters and no fixup sum; 5.72 publishing the partials only (no
+    counter, no fixup). The split-K tail costs 1.94 us (0.63 the acq_rel arrivals, 1.31 the last
+    arriver's sum of 16 partials of 4 KB), and the partial products alone take 5.72, within 0.28 us
+    of the goal. Other splits and depths did not help: the 20 other configs forced beside it (4-6
+    stages, one or two K blocks per program, 10-, 20- and 40-way splits) ran 7.79-136 us at T = 64.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
