@@ -31,8 +31,15 @@ reference timed in this file's child:
   autotuner took (1 row, evict_first, 4 warps), the sweep's winner. Nsight Compute, one cold call at
   T=1: 35.7 us, 86.8% of DRAM peak, 148.9 MB from DRAM (the floor's 146.8 plus 1.4%), 31 registers,
   93.1% achieved occupancy, issue slots 52.2% used.
-  Goal missed at T=8 by 0.35 us: there swap_ab's ring ties cuBLAS (35.85 against 35.82). Not
-  promotable: T=1000 is 0.80x cuBLAS, swap_ab's prefill tiles.
+  Again on a later loan, where cuBLAS ran 0.3-0.8 us slower (60cceb9, `"candidates=[flat_gemv]"`):
+  T=1 **34.91** against 37.15 (99% of the floor), T=3 35.97 / 37.38, T=8 36.47 / 36.50, T=64 38.09 /
+  40.08, T=1000 231.07 / 193.04. Goal at T=1 met in both runs (by 1.05 and 0.59 us).
+  Goal missed at T=8 by 0.35-0.97 us: there swap_ab's ring ties cuBLAS (35.85 / 35.82, 36.47 /
+  36.50). Narrower MMA tiles for T = 3 and 8 (16-32 rows of W per program on 1-2 warps, 448-896
+  programs, the GEMV's many-programs shape; `qkv_tile_sweep.py`, graph replays) did not beat the
+  shipped ones: at T = 8 the best, (16 rows, 128-wide K, 4 stages, 1 warp), took 36.99 us against
+  the shipped (128, 128, 4, 4)'s 36.57 and cuBLAS's 36.78 in one process. Not promotable: T=1000
+  is 0.80-0.84x cuBLAS, swap_ab's prefill tiles.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 - T = 1: each product of two BF16 values is exact in FP32; every lane adds its products over the row's
