@@ -9,8 +9,9 @@ What changes, and why. At T = 1 swap_ab streams W through a 4-stage cp.async rin
 per 8 KB with all of its loads in flight at once, replays in 33.7-34.0 us. Here one token is that
 read plus a multiply: a program owns ROWS (1 or 2) whole rows of W, issues every load of them at once
 (5120 columns as a 4096-wide block and a 1024-wide tail: no masked lane, no K loop), multiplies by x
-(10 KB that every program reads again, from L1 or L2) and sums each row in one FP32 tree. 14336 programs of 4 warps, many per SM:
-the GPU's block scheduler keeps the loads in flight that the ring had to keep by hand.
+(10 KB that every program reads again, from L1 or L2) and sums each row in one FP32 tree. 14336
+programs of 4 warps, many per SM: the GPU's block scheduler keeps the loads in flight that the ring
+had to keep by hand.
 Measured before this file (twentieth session, `qkv_gemv_sweep.py`, graph replays, 3 rotated weights,
 one process): one row per program, 4 warps, W loads marked evict_first: 34.64 us at T = 1, against
 swap_ab's autotuned 36.50, cuBLAS's 37.54 and the plain read's 34.00; the same kernel at T = 2, 4, 8
