@@ -50,6 +50,9 @@ Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.69 / 1.19 / 1.70 us. Wh
     arriver's sum of 16 partials of 4 KB), and the partial products alone take 5.72, within 0.28 us
     of the goal. Other splits and depths did not help: the 20 other configs forced beside it (4-6
     stages, one or two K blocks per program, 10-, 20- and 40-way splits) ran 7.79-136 us at T = 64.
+    Nor did the MMAs' own chain: with a block's three MMAs independent (split_chains, removed) T = 64
+    ran 7.70 against this file's 7.72 beside it; one accumulator per piece over a split's blocks
+    (piece_sums, removed) failed parity at T = 64 and 1000 (2.61e-06 against FP64 at T = 1000).
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
