@@ -288,13 +288,8 @@ def _gemv_blocks(D: int) -> tuple[int, int]:
     return block_k, triton.next_power_of_2(rest) if rest else 0
 
 
-# One token's output is a weight read: timed as CUDA-graph replays, as a decode step runs it.
-@triton.autotune(
-    configs=_gemv_configs(),
-    key=["N", "D"],
-    do_bench=lambda kernel_call, quantiles: triton.testing.do_bench_cudagraph(kernel_call, quantiles=quantiles),
-    cache_results=True,
-)
+# One token is a decode bucket: _time_config times it as CUDA-graph replays, as a decode step runs it.
+@triton.autotune(configs=_gemv_configs(), key=["N", "D"], do_bench=_time_config, cache_results=True)
 @triton.jit
 def _gemv_kernel(
     x_ptr,
@@ -372,6 +367,7 @@ def qkv_gate_proj(x_TD: torch.Tensor, w_qkvg_ND: torch.Tensor) -> torch.Tensor:
     # Both load paths index the last dim with unit stride.
     x_TD = x_TD if x_TD.stride(1) == 1 else x_TD.contiguous()
     w_qkvg_ND = w_qkvg_ND if w_qkvg_ND.stride(1) == 1 else w_qkvg_ND.contiguous()
+    t_bucket = _tuning_bucket[0] = _t_bucket(T)
     if T <= GEMV_MAX_T:
         block_k, tail = _gemv_blocks(D)
         _gemv_kernel[lambda meta: (triton.cdiv(N, meta["ROWS"]),)](
@@ -381,7 +377,6 @@ def qkv_gate_proj(x_TD: torch.Tensor, w_qkvg_ND: torch.Tensor) -> torch.Tensor:
     tma_ok = _tma_ok(x_TD, w_qkvg_ND)
     if tma_ok and x_TD.is_cuda:
         triton.set_allocator(_scratch)  # a context variable of this thread; cheap to set per call
-    t_bucket = _tuning_bucket[0] = _t_bucket(T)
     num_sms = _sm_count(x_TD.device)
 
     def grid(meta):
