@@ -10,7 +10,9 @@ Modes:
           seed: fresh inputs, poisoned allocator, one call under the cheat checks, outputs saved.
           The reference never runs here, so no stale reference output exists to be found. Then
           the same again for each config in force_configs, alone in its kernel's autotuner, at
-          the shapes where the candidate's own call launched that kernel.
+          the shapes where the candidate's own call launched that kernel. A child given a later
+          part of a candidate's configs (own_call false) runs the own call on the first seed only,
+          as "probe", to learn where each kernel launches.
   configs import the candidate without the interpreter and report every config its Triton
           autotuners may choose on a GPU (the parent forces them in the parity child).
   bench   (GPU) warm the baselines (reference, torch.compile of it, library kernels; their outputs
@@ -413,14 +415,16 @@ def autotuned_configs(module: Any) -> dict[str, list[dict[str, Any]]]:
 
 def forced_configs_loop(torch, request, task, launcher, report, monitor, guard, launches: LaunchLog) -> None:
     """The parity loop again for each config in request["force_configs"], that config alone in its
-    kernel's autotuner (impl "candidate@<i>"); the autotuner's own configs come back after each. Only
+    kernel's autotuner (impl "candidate@<i>", i its index in the candidate's list, which this child may
+    run a part of); the autotuner's own configs come back after each. Only
     at the shapes where the candidate's own call on the first seed launched that kernel: elsewhere
     the config changes nothing ("config_idle"), and one whose kernel ran nowhere is not forced."""
     import triton
 
     autotuners = _autotuners(sys.modules[launcher.__module__])
     seed = request["seeds"][0]
-    for i, forced in enumerate(request.get("force_configs") or []):
+    for forced in request.get("force_configs") or []:
+        i = forced["index"]  # in the candidate's list (a child may run a part of it)
         kernel = autotuners.get(forced["kernel"])
         if kernel is None:
             report.emit("config_not_forced", index=i, reason=f"{forced['kernel']} is not a Triton autotuner here")
@@ -715,8 +719,13 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     report.emit("imported", cheats=changed_identities(guard, task_module), violations=list(monitor.violations))
     if mode == "parity":
         launches = LaunchLog(_autotuners(sys.modules[launcher.__module__]))
-        parity_loop(torch, request, task, launcher, "candidate", report, monitor, guard, keep_alive,
-                    watch_fallback=True, launches=launches)  # fmt: skip
+        if request.get("own_call", True):
+            parity_loop(torch, request, task, launcher, "candidate", report, monitor, guard, keep_alive,
+                        watch_fallback=True, launches=launches)  # fmt: skip
+        else:  # a later part of the candidate's forced configs: where its kernels launch, on the first seed
+            probe = {**request, "seeds": request["seeds"][:1]}
+            parity_loop(torch, probe, task, launcher, "probe", report, monitor, guard, keep_alive,
+                        watch_fallback=False, launches=launches)  # fmt: skip
         forced_configs_loop(torch, request, task, launcher, report, monitor, guard, launches)
     elif mode == "configs":  # imported without the interpreter: the configs a GPU autotuner may choose
         report.emit("configs", kernels=autotuned_configs(sys.modules[launcher.__module__]))

@@ -8,7 +8,8 @@
    config the candidate's GPU autotuners may choose, and the parity child then runs each alone on
    one seed, at the shapes where the candidate's own call launched its kernel (elsewhere it would
    run the same code again: "idle" there): a candidate passes a shape only if every config run
-   there does.
+   there does. On the interpreter, a candidate with more than its share of the run's work gets
+   several parity children, its configs dealt among them (plan_parity_children).
 2. Baselines (GPU): one trusted child (no candidate code) runs torch.compile of the reference and
    the task's library kernels on the same seeds, then times reference, torch.compile and
    libraries interleaved: the history of the baselines, and their own parity.
@@ -45,6 +46,7 @@ import math
 import os
 import shutil
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -246,9 +248,8 @@ class _Evaluation:
         if len(set(names)) != len(names):
             raise UsageError(f"candidate names must be distinct within a run; got {names}")
         # GPU parity children share the device's memory (a moe_experts child holds ~40 GB): two at a time.
-        jobs = settings.jobs or (2 if self.on_gpu else (os.cpu_count() or 1))
-        self.jobs = max(1, min(jobs, len(self.units) or 1))
-        self.threads = max(1, (os.cpu_count() or 1) // self.jobs)
+        self.jobs = max(1, settings.jobs or (2 if self.on_gpu else (os.cpu_count() or 1)))
+        self.threads = max(1, (os.cpu_count() or 1) // min(self.jobs, len(self.units) or 1))
         self.root = Path(tempfile.mkdtemp(prefix=f"beam-harness-{task.name}-"))
         os.chmod(self.root, 0o711)
         self.peer_artifacts: Path | None = None  # the baselines child's torch.compile artifacts, once written
@@ -323,26 +324,51 @@ class _Evaluation:
     def run_parity_children(self, bar: tqdm) -> None:
         labels = [s.label for s in self.shapes]
 
-        def one(unit: _Unit) -> None:
+        def listed(unit: _Unit) -> list[dict[str, Any]]:
             # A file that never names triton has no Triton autotuner: no child to list them.
             uses_triton = b"triton" in unit.candidate.path.read_bytes()
-            forced = self._list_configs(unit) if self.all_configs and uses_triton else []
-            unit.forced = [_describe_config(f) for f in forced]
-            unit.run, unit.job = self._spawn(f"parity-{unit.candidate.short_hash}", "parity", unit, [], labels,
-                                             self.settings.parity_timeout_s, {"force_configs": forced})  # fmt: skip
-            bar.update(1)
+            return self._list_configs(unit) if self.all_configs and uses_triton else []
 
-        with ThreadPoolExecutor(max_workers=self.jobs) as pool:
-            list(pool.map(one, self.units))
-        for unit in self.units:
+        with ThreadPoolExecutor(max_workers=min(self.jobs, len(self.units) or 1)) as pool:
+            forced = list(pool.map(listed, self.units))
+        for unit, configs in zip(self.units, forced, strict=True):
+            unit.forced = [_describe_config(f) for f in configs]
+        # On a GPU every child of a candidate would autotune it again: one child per candidate there.
+        plan = plan_parity_children([len(f) for f in forced], len(self.settings.seeds),
+                                    1 if self.on_gpu else self.jobs)  # fmt: skip
+        workers = min(self.jobs, len(plan) or 1)
+        self.threads = max(1, (os.cpu_count() or 1) // workers)
+        children: dict[tuple[int, int], tuple[sandbox.ChildRun, sandbox.Job]] = {}
+        unfinished = {u: sum(1 for c in plan if c.unit == u) for u in range(len(self.units))}
+        lock = threading.Lock()
+
+        def one(child: ParityChild) -> None:
+            unit = self.units[child.unit]
+            name = f"parity-{unit.candidate.short_hash}" + (f"-{child.part}" if child.part else "")
+            extra = {"force_configs": [{**forced[child.unit][i], "index": i} for i in child.configs],
+                     "own_call": child.part == 0}  # fmt: skip
+            children[(child.unit, child.part)] = self._spawn(name, "parity", unit, [], labels,
+                                                             self.settings.parity_timeout_s, extra)  # fmt: skip
+            with lock:
+                unfinished[child.unit] -= 1
+                if not unfinished[child.unit]:
+                    bar.update(1)
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            list(pool.map(one, plan))
+        for u, unit in enumerate(self.units):
+            unit.run, unit.job = children[(u, 0)]
             self._read_events(unit, self.settings.parity_timeout_s)
-            not_forced = {e["index"]: e["reason"] for e in unit.run.events if e["event"] == "config_not_forced"}
-            idle = {e["index"]: set(e["shapes"]) for e in unit.run.events if e["event"] == "config_idle"}
+            ran_by = {i: children[(c.unit, c.part)] for c in plan if c.unit == u for i in c.configs}
+            events = [e for c in plan if c.unit == u for e in children[(u, c.part)][0].events]
+            not_forced = {e["index"]: e["reason"] for e in events if e["event"] == "config_not_forced"}
+            idle = {e["index"]: set(e["shapes"]) for e in events if e["event"] == "config_idle"}
             unit.configs_unchecked = [f"{unit.forced[i]}: {why}" for i, why in sorted(not_forced.items())]
             for i, described in enumerate(unit.forced):
                 if i in not_forced:
                     continue
-                config_unit = _Unit(f"{unit.name}@{i}", "candidate", unit.candidate, unit.run, unit.job,
+                run, job = ran_by[i]
+                config_unit = _Unit(f"{unit.name}@{i}", "candidate", unit.candidate, run, job,
                                     child_impl=f"candidate@{i}", seeds=self.settings.seeds[:1],
                                     idle_shapes=idle.get(i, set()))  # fmt: skip
                 self._read_events(config_unit, self.settings.parity_timeout_s)
@@ -663,6 +689,35 @@ class _Evaluation:
             configs_checked=checked if status is Status.PASSED else 0,  # all of them passed
             configs_idle=len(unit.config_units) - checked, configs_unchecked=unit.configs_unchecked,
         )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ParityChild:
+    """One parity child of a run: `part` 0 runs its candidate's own call on every seed, a later part
+    the own call on the first seed only (to learn where each kernel launches); then each runs the
+    forced configs `configs` (indices into the candidate's list)."""
+
+    unit: int
+    part: int
+    configs: tuple[int, ...]
+
+
+PART_OVERHEAD = 2  # a later part's cost beyond its configs, in configs: its start and its one-seed own call
+
+
+def plan_parity_children(forced: Sequence[int], seeds: int, jobs: int) -> list[ParityChild]:
+    """The parity children for candidates with `forced[u]` forced configs each, longest first.
+
+    A config run costs one unit (one seed), the own call one per seed. A candidate whose cost is more
+    than an even share of `jobs` children gets up to `jobs` parts, its configs dealt round-robin
+    among them (neighbouring configs of one kernel cost alike), so that one heavy candidate no longer
+    holds a core while the others idle; everyone else gets one child."""
+    share = sum(seeds + n for n in forced) / max(jobs, 1)
+    children = []
+    for u, n in enumerate(forced):
+        parts = max(1, min(jobs, n, math.ceil((seeds + n) / share))) if n else 1
+        children += [ParityChild(u, p, tuple(range(p, n, parts))) for p in range(parts)]
+    return sorted(children, key=lambda c: -(len(c.configs) + (seeds if c.part == 0 else PART_OVERHEAD)))
 
 
 def _describe_config(forced: dict[str, Any]) -> str:

@@ -94,10 +94,13 @@ def test_configs_must_be_one_of_three():
         runner.EvaluationSettings(configs="some")
 
 
-def test_a_forced_config_runs_only_where_its_kernel_launches(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_forced_config_runs_only_where_its_kernel_launches(tmp_path, jobs):
     """Two autotuned paths chosen by T and a third kernel that never launches: a config is forced only
     at the shapes where the candidate's own call launched its kernel (elsewhere it would run the very
-    same code), counted idle there, and one whose kernel launched nowhere is reported unchecked."""
+    same code), counted idle there, and one whose kernel launched nowhere is reported unchecked. The
+    same with its three configs dealt to two parity children (jobs=2), the second learning where the
+    kernels launch from a one-seed probe of its own."""
     from harness import candidates, runner
     from tasks import get_task
 
@@ -105,9 +108,11 @@ def test_a_forced_config_runs_only_where_its_kernel_launches(tmp_path):
     cand = candidates.load(REPO_ROOT / "tests/fixtures/configs/two_paths.py", task.name, task.op_name)
     settings = runner.EvaluationSettings(
         device="cpu", shapes=("tiny T=1", "tiny T=5"), seeds=(1,), results_dir=str(tmp_path / "results"),
-        cache_dir=str(tmp_path / "cache"), progress=False,
+        cache_dir=str(tmp_path / "cache"), progress=False, jobs=jobs,
     )  # fmt: skip
-    one_row, rows = runner.evaluate(task, [cand], settings, echo=lambda _: None).records
+    said: list[str] = []
+    one_row, rows = runner.evaluate(task, [cand], settings, echo=said.append).records
+    assert len([line for line in said if ": parity child parity-" in line]) == jobs, said
     unused = "_unused_kernel(BUG=True, warps=8): _unused_kernel did not launch at any shape (seed 1): nothing to check"
     assert (one_row.status, one_row.configs_checked, one_row.configs_idle) == (Status.PASSED, 1, 2), one_row.detail
     assert one_row.configs_unchecked == rows.configs_unchecked == [unused]
@@ -133,3 +138,22 @@ def test_the_launch_log_knows_only_what_a_returned_call_did_not_launch():
     assert log.current is None and tuners["a"].run() == "launched"
     assert (log.idle_at("b", "T=1", 1), log.idle_at("a", "T=1", 1)) == (True, False)
     assert not log.idle_at("b", "T=5", 1) and not log.idle_at("b", "T=1", 2)
+
+
+def test_a_heavy_candidates_configs_are_dealt_to_several_children():
+    from harness.runner import ParityChild, plan_parity_children
+
+    # One candidate, 24 configs, 2 seeds, 2 cores: two children, every config once, neighbours apart.
+    plan = plan_parity_children([24], seeds=2, jobs=2)
+    assert plan == [ParityChild(0, 0, tuple(range(0, 24, 2))), ParityChild(0, 1, tuple(range(1, 24, 2)))]
+    # Candidates within an even share keep one child each (longest first); so does everyone on one core.
+    whole = [ParityChild(u, 0, tuple(range(n))) for u, n in ((1, 20), (2, 12), (0, 10))]
+    assert plan_parity_children([10, 20, 12], seeds=2, jobs=2) == whole
+    assert [len(c.configs) for c in plan_parity_children([80, 4], seeds=3, jobs=1)] == [80, 4]
+    # A heavy one takes as many parts as its even shares, at most `jobs`, never more than it has configs.
+    parts = [(c.unit, c.part) for c in plan_parity_children([30, 30, 2], seeds=2, jobs=4)]
+    assert parts == [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]
+    parts = [(c.unit, c.part) for c in plan_parity_children([60, 2], seeds=2, jobs=4)]
+    assert parts == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
+    assert plan_parity_children([1], seeds=1, jobs=8) == [ParityChild(0, 0, (0,))]
+    assert plan_parity_children([0, 0], seeds=2, jobs=2) == [ParityChild(0, 0, ()), ParityChild(1, 0, ())]
