@@ -28,7 +28,12 @@ bit-exact with the reference at every shape:
   3.04 at T=1 and 184.93 / 187.23 at T=16384. Promoted over packed_ring on an autotuner pick at
   T=1000 (12.96 against packed_ring's 19.50, which ran 12.92 with the same config before).
   Its autotuner took none of the new 8- and 16-warp plain configs: at T <= 64 this file ran
-  packed_ring's configs, and the same figures within 0.03 us.
+  packed_ring's configs, and the same figures within 0.03 us. Forced one at a time at T=1 (twenty-first
+  session, `fuse_norm_t1_sweep.py`, the harness's interleaved graph timer, all bit-exact): plain 4
+  warps 2.80 (folded) / 2.92 us, 8 warps 7.46 / 3.21, 16 warps 12.44 / 3.31, 32 warps (the prune's
+  limit lifted) 12.93 / 4.29, the ring 3.22 (4 warps) / 3.49 (8); the file's own pick (4 warps,
+  folded, 168 registers) 2.75 and the same-bytes launch 1.15 in the same process. More threads per
+  row cost more than the shorter chain per thread saves: T=1 waits on the 4-warp chain.
 Goals missed:
   - T=1 <= 2.3 us, by 0.31-0.33 us. One launch moving the same bytes took 1.09 us in the same child
     (7aef336): the kernel's own chain (one row per program; two block-wide reductions of exact FP64

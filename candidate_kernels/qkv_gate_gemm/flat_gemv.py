@@ -39,8 +39,13 @@ reference timed in this file's child:
   36.50). Narrower MMA tiles for T = 3 and 8 (16-32 rows of W per program on 1-2 warps, 448-896
   programs, the GEMV's many-programs shape; `qkv_tile_sweep.py`, graph replays) did not beat the
   shipped ones: at T = 8 the best, (16 rows, 128-wide K, 4 stages, 1 warp), took 36.99 us against
-  the shipped (128, 128, 4, 4)'s 36.57 and cuBLAS's 36.78 in one process. Not promotable: T=1000
-  is 0.80-0.84x cuBLAS, swap_ab's prefill tiles.
+  the shipped (128, 128, 4, 4)'s 36.57 and cuBLAS's 36.78 in one process. Nor does a cache policy on
+  W's loads, which gained the GEMV 0.2 us at T = 1: swap_ab's 13 decode tiles forced with plain,
+  evict_first and evict_first + .cg loads of W (twenty-first session, `qkv_evict_sweep.py`, the
+  harness's interleaved graph timer) took 36.15-38.66 us at T = 8, the three policies of a tile within
+  0.03 us of each other; the best, (64, 128, 4, 4) in 2 equal runs per SM, against swap_ab's autotuned
+  36.29, cuBLAS's 36.57 and the plain read's 33.96. Not promotable: T=1000 is 0.80-0.84x cuBLAS,
+  swap_ab's prefill tiles.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 - T = 1: each product of two BF16 values is exact in FP32; every lane adds its products over the row's
