@@ -339,7 +339,8 @@ class _Evaluation:
         workers = min(self.jobs, len(plan) or 1)
         self.threads = max(1, (os.cpu_count() or 1) // workers)
         children: dict[tuple[int, int], tuple[sandbox.ChildRun, sandbox.Job]] = {}
-        unfinished = {u: sum(1 for c in plan if c.unit == u) for u in range(len(self.units))}
+        parts = {u: [c for c in plan if c.unit == u] for u in range(len(self.units))}
+        unfinished = {u: len(mine) for u, mine in parts.items()}
         lock = threading.Lock()
 
         def one(child: ParityChild) -> None:
@@ -359,8 +360,8 @@ class _Evaluation:
         for u, unit in enumerate(self.units):
             unit.run, unit.job = children[(u, 0)]
             self._read_events(unit, self.settings.parity_timeout_s)
-            ran_by = {i: children[(c.unit, c.part)] for c in plan if c.unit == u for i in c.configs}
-            events = [e for c in plan if c.unit == u for e in children[(u, c.part)][0].events]
+            ran_by = {i: children[(u, c.part)] for c in parts[u] for i in c.configs}
+            events = [e for c in parts[u] for e in children[(u, c.part)][0].events]
             not_forced = {e["index"]: e["reason"] for e in events if e["event"] == "config_not_forced"}
             idle = {e["index"]: set(e["shapes"]) for e in events if e["event"] == "config_idle"}
             unit.configs_unchecked = [f"{unit.forced[i]}: {why}" for i, why in sorted(not_forced.items())]
