@@ -61,16 +61,26 @@ def _nvidia_driver() -> str | None:
     return out.stdout.strip().splitlines()[0] if out.stdout.strip() else None
 
 
+def _commit() -> tuple[str | None, bool | None]:
+    """(commit, dirty) of the tree that runs. A tree copied to another machine (the GPU machine gets
+    a copy of the working tree) may come with no .git, or with a .git older than the tree, which
+    would name the wrong commit: there the shipper names the commit it copied in BEAM_GIT_COMMIT,
+    which wins, and whether the copy was dirty is unknown (None)."""
+    shipped = os.environ.get("BEAM_GIT_COMMIT", "").strip()
+    if shipped:
+        return shipped, None
+    commit = _git("rev-parse", "HEAD")
+    if not commit:
+        return None, None
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return commit, None if status is None else bool(status)
+
+
 @functools.cache
 def capture() -> Environment:
     """Read once per process: the environment does not change while a harness command runs."""
     on_gpu = torch.cuda.is_available()
-    commit = _git("rev-parse", "HEAD")
-    status = _git("status", "--porcelain", "--untracked-files=no") if commit else None
-    if not commit:
-        # A tree shipped without its .git (the GPU machine gets a copy of the working tree): the
-        # shipper names the commit it copied; whether the copy was dirty is then unknown.
-        commit = os.environ.get("BEAM_GIT_COMMIT") or None
+    commit, dirty = _commit()
     return Environment(
         device=torch.cuda.get_device_name(0) if on_gpu else "cpu (Triton interpreter)",
         driver=_nvidia_driver() if on_gpu else None,
@@ -81,5 +91,5 @@ def capture() -> Environment:
         python=platform.python_version(),
         host=platform.node(),
         git_commit=commit,
-        git_dirty=None if status is None else bool(status),
+        git_dirty=dirty,
     )
