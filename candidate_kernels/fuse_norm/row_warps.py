@@ -38,7 +38,12 @@ Goals missed:
   - T=1 <= 2.3 us, by 0.31-0.33 us. One launch moving the same bytes took 1.09 us in the same child
     (7aef336): the kernel's own chain (one row per program; two block-wide reductions of exact FP64
     sums, three rounding points) takes the rest. Offline SASS of the winning 4-warp plain config:
-    1312 instructions (122 FP64, 82 conversions), 6 barriers, no spills.
+    1312 instructions (122 FP64, 82 conversions), 6 barriers, no spills. The exact sums cost 0.35
+    us of it (twenty-second session, results/README.md): this file with its two folded plain configs
+    summing in FP32 (fp32_sums, removed) ran T=1 in 2.33 against 2.68 us beside it, but failed parity
+    at T=64 and 16384, where a one-ulp flip of the post-norm grew to 66 ulps of h' through the
+    cancellation at rounding point 2; building each FP64 square from the BF16 bits instead of a
+    conversion (bit_squares, removed) was slower (T=1 2.88, T=16384 182.58 against 171.17).
   - T=16384 <= 165 us, by 6.2-6.9 us: 92% of the 157.0 us floor; Nsight Compute read 78.2% of DRAM
     peak for the ring (tma_ring, 171.4 us); two torch copies of the same traffic took 164.8-167.2 us
     in one process (eleventh session).
