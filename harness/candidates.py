@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -82,13 +83,25 @@ class Candidate:
             return str(self.path)
 
 
+_PARSE_LOCK = threading.Lock()
+
+
+def parse_source(source: str | bytes, filename: str = "<unknown>") -> ast.Module:
+    """ast.parse, one call at a time in this process. CPython 3.11 keeps the AST constructor's recursion
+    depth in interpreter-wide state, so two threads building trees at once can fail with a spurious
+    "SystemError: AST constructor recursion depth mismatch" (python/cpython#106905); the agent loop
+    parses submissions on one thread per GPU. Raises SyntaxError as ast.parse does."""
+    with _PARSE_LOCK:
+        return ast.parse(source, filename=filename)
+
+
 def content_hash(source: bytes) -> str:
     return hashlib.sha256(source).hexdigest()
 
 
 def _code_tree(source: bytes) -> ast.Module:
     """The syntax tree of `source` with the docstrings of the module, its classes and functions removed."""
-    tree = ast.parse(source)
+    tree = parse_source(source)
     for node in ast.walk(tree):
         if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
             body = node.body
@@ -176,7 +189,7 @@ def load(path: Path | str, task: str, op_name: str) -> Candidate:
         raise CandidateError(f"candidate {str(path)!r} must be a .py file")
     source = path.read_bytes()
     try:
-        tree = ast.parse(source, filename=str(path))
+        tree = parse_source(source, filename=str(path))
     except SyntaxError as e:
         raise CandidateError(f"{path}: not valid Python: {e.msg} (line {e.lineno})") from e
     _check_launcher(tree, path, op_name)

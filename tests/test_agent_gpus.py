@@ -122,6 +122,40 @@ def test_each_evaluation_holds_one_gpu_alone_and_gives_it_back(tmp_path, monkeyp
     assert sorted(saved) == sorted(v["gpu"] for v in verdicts)
 
 
+def test_submissions_on_several_gpus_parse_their_sources_one_at_a_time(monkeypatch):
+    """CPython 3.11 builds syntax trees with interpreter-wide state: two threads inside ast.parse at once
+    can raise "SystemError: AST constructor recursion depth mismatch" (seen in this file's test above
+    under load). The harness's parses go through one lock; a stand-in ast.parse counts who is inside."""
+    import ast
+
+    from harness import candidates
+    from harness.agents import submissions
+
+    real_parse, inside, most, lock = ast.parse, [0], [0], threading.Lock()
+
+    def counting_parse(*args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.01)  # another thread gets the GIL here, and would enter too without the harness's lock
+        try:
+            return real_parse(*args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", counting_parse)
+    path = REPO_ROOT / "candidate_kernels" / "fuse_norm" / "row_per_program.py"
+    calls = [lambda: submissions.own_metadata(SOURCE), lambda: candidates.load(path, TASK.name, TASK.op_name),
+             lambda: candidates.content_hash(path.read_bytes()) and candidates.parse_source(SOURCE)] * 4  # fmt: skip
+    threads = [threading.Thread(target=call) for call in calls]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert most[0] == 1 and inside[0] == 0
+
+
 def test_without_gpus_evaluations_inherit_the_parents_gpus(tmp_path, monkeypatch):
     agent = AgentSettings(kind="anthropic", model="m", candidates_dir=str(tmp_path / "cand"))
     log, lock = [], threading.Lock()

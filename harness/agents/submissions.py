@@ -59,7 +59,7 @@ def _is_candidate_assignment(node: ast.stmt) -> bool:
 
 def _parse(source: str) -> ast.Module:
     try:
-        return ast.parse(source)
+        return candidate_files.parse_source(source)
     except SyntaxError as e:
         raise SubmissionRejected(f"not valid Python: {e.msg} (line {e.lineno}): {(e.text or '').strip()[:200]}") from e
 
@@ -67,7 +67,7 @@ def _parse(source: str) -> ast.Module:
 def own_metadata(source: str) -> dict[str, Any]:
     """The file's own CANDIDATE dict if it has a literal one (the command agent states idea/parent there)."""
     try:
-        tree = ast.parse(source)
+        tree = candidate_files.parse_source(source)
     except SyntaxError:
         return {}
     for node in tree.body:
