@@ -29,7 +29,7 @@ from harness import runner
 from harness.agents import context as task_context
 from harness.agents.settings import AgentSettings
 from harness.agents.tools import TOOLS
-from harness.candidates import CANDIDATES_ROOT
+from harness.candidates import CANDIDATES_ROOT, parse_source
 from harness.environment import REPO_ROOT
 from tasks.task import Task
 
@@ -91,7 +91,7 @@ class AgentPrompt:
 
 # ---- the task statement, section by section ------------------------------------------------------
 def _called_names(fn) -> set[str]:
-    tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    tree = parse_source(textwrap.dedent(inspect.getsource(fn)))
     return {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
 
 
