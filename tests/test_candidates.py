@@ -60,7 +60,9 @@ def _load_module(path):
 
 
 # ---- router_gemm: its interpreter launcher passes the config itself, which the runner cannot force -------
-@pytest.mark.parametrize("candidate", ["splitk_bf16x3", "row_vector", "swap_ab_bf16x3", "narrow_tiles", "vector_width"])
+@pytest.mark.parametrize(
+    "candidate", ["splitk_bf16x3", "row_vector", "swap_ab_bf16x3", "narrow_tiles", "vector_width", "red_fixup"]
+)
 def test_router_gemm_computes_the_task_function_with_every_gpu_config(candidate, tmp_path):
     """The runner records its GPU configs as unchecked (its interpreter kernel is no autotuner); here
     each one it lists goes through the launcher's own hook for the interpreter's config instead
@@ -88,6 +90,48 @@ def test_router_gemm_computes_the_task_function_with_every_gpu_config(candidate,
     finally:
         module._interpreter_config = shipped
     assert len(gpu_configs) > 1 and not failures, "\n".join(failures)
+
+
+def test_red_fixup_recovers_from_a_launch_that_stops_part_way(tmp_path, monkeypatch):
+    """red_fixup's split-K words count arrivals across launches and are never reset. A launch that stops
+    between one split's arrival and the generation it raises (here: the first arriver's raise fails)
+    would leave every later launch waiting forever on that tile; the launcher zeroes the words instead,
+    and the next launch computes the task function."""
+    import numpy as np
+    import torch
+    from triton.runtime import interpreter
+
+    from harness import interpreter_patches, parity
+
+    task = TASKS["router_gemm"]
+    module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / "red_fixup.py")
+    interpreter_patches.apply()
+    shape = next(s for s in task.cpu_shapes if s["T"] == 8)  # BF16x3 with a 2-way split under the interpreter
+    inputs = task.make_inputs(shape, 1, torch.device("cpu"))
+    words = module._tile_words(torch.device("cpu"), 1)
+    before = words.clone()
+    module.router_logits(**parity.clone_inputs(inputs))
+    tiles = words != before
+    assert tiles.any() and (words[tiles] - before[tiles] == int(module.GENERATION_ONE) + 64).all()
+
+    rmw = interpreter.InterpreterBuilder.create_atomic_rmw
+
+    def failing_raise(self, op, ptr, val, mask, sem, scope):
+        if np.any(np.asarray(val.data) == int(module.GENERATION_ONE)):
+            raise RuntimeError("stopped before raising the generation")
+        return rmw(self, op, ptr, val, mask, sem, scope)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_atomic_rmw", failing_raise)
+    with pytest.raises(Exception, match="stopped before raising the generation"):
+        module.router_logits(**parity.clone_inputs(inputs))
+    assert not words.any(), "a launch that stopped part-way must leave the words zeroed"
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_atomic_rmw", rmw)
+
+    got = parity.output_tensors(task, module.router_logits(**parity.clone_inputs(inputs)), inputs)
+    refs = parity.admissible_references(task, inputs, emulate_truncation=False)
+    verdict = parity.judge(task, got, refs, parity.fp64_evaluation(task, inputs))
+    assert verdict.passed, verdict.reason
+    assert (words[tiles] == int(module.GENERATION_ONE) + 64).all()
 
 
 # ---- qk_norm_rope/token_ring: the plain-load path for inputs TMA cannot read ------------------------------
