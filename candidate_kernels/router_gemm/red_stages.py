@@ -1,0 +1,412 @@
+"""router_gemm: red_fixup with 2-warp BF16x3 tiles on deeper pipelines and 32-way splits among its configs.
+
+Author: human (kernels team, issue 4), hand-written. Parent: red_fixup.py (in force), whose kernel,
+split-K protocol and numerics it keeps unchanged; only the config list grows (_gpu_configs, "New here").
+
+What changes, and why. With the partials added by reductions, a split costs less than it did under
+vector_width's last-arriver sum, and the fastest tiles at T = 16..64 moved to 2 warps and more
+splits. Every config forced in one process (twenty-third session, `router_red_sweep2.py`, graph
+replays, red_fixup's protocol, its `first_store` variant), best us:
+  T=64  (16 x 64 tiles, 16-way, 2 warps) 4 stages 6.38, 3 stages (red_fixup's pick) 6.57;
+  T=32  (16 x 32, 32-way, 2 warps, 3 stages) 5.49, shipped already;
+  T=16  (16 x 16, 32-way, 1 warp, 3 stages) 5.10 and (32 x 16, 32-way, 2 warps) 5.20, against 5.40 for
+        the best shipped one (64 x 16, 32-way, 4 warps).
+The harness timed red_fixup's T = 64 pick at 6.16 us (run 20261203T174455-861100): the goal is 6.0.
+
+Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
+  T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
+  T=8   5.33 MB -> 1.25 us (goal <= 3.5 us)
+  T=64  6.03 MB -> 1.41 us (goal <= 6.0 us)
+One launch moving the same bytes (the harness's copy floor) replayed in 3.03-3.09 us at T <= 8 and
+3.22-3.28 at T = 64 (fifteenth and sixteenth sessions). vector_width's header says why T = 1 and 8
+stay above their goals; at T = 64 the adds alone (5.37 us) leave 0.63 us for the protocol.
+
+Numerics: vector_width's within each split (reference_model/ops.py router_logits, BEAM.md §4.1: FMA
+rows or BF16x3 MMAs on an exact truncating split of W, blocks added compensated). The SPLIT_K
+partials are then added in FP32 in arrival order, one rounding each, not compensated in K order:
+the result is not bitwise deterministic across runs of a split config (unsplit configs are). The
+error this adds is about one FP32 rounding of the logit (measured against FP64, normwise: 1.16e-07
+at T = 64 against vector_width's 9.2e-08 and cuBLAS FP32's 2.24e-07; the task allows 1e-6 and 1.05x
+the reference's own). red.global.add.f32 flushes subnormal sums to zero (logits are O(1)).
+
+Launch: grid (cdiv(E, BLOCK_E), SPLIT_K, cdiv(T, BLOCK_T)); configs autotuned per T bucket (prune
+below), every bucket timed as CUDA-graph replays, the winner in
+`_router_kernel.best_config`. The first call per T bucket benchmarks every config (it
+synchronizes): call once before capturing a CUDA graph; replays never tune. Not reentrant across
+streams: two concurrent calls on one device share the tile words.
+
+Shape legend: T tokens, D hidden, E experts, K the reduction (= D).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+CANDIDATE = {
+    "author": "human",
+    "model": None,
+    "parent": "red_fixup",
+    "idea": "red_fixup with 2-warp BF16x3 tiles on 4-5 stages and 1-2 warp tiles with 32-way splits among its configs",
+}
+
+# TRITON_INTERPRET is read when kernels are decorated. The interpreter runs one config, no
+# autotuning: there the config is a function of T (below), so that the task's CPU shapes exercise
+# both paths and the split-K fixup.
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+FMA_MAX_T = 16  # the FMA path's register tile [BLOCK_T, BLOCK_K] grows with T (at most 64 per thread)
+MMA_MIN_T = 2  # one token: the FMA row is a plain read of W, nothing for the tensor cores to save
+MMA_MIN_BLOCK_T, MMA_MAX_BLOCK_T = 8, 64  # the token side is the MMA's N: a multiple of 8
+GRAPH_TIMED_T = 1024  # buckets timed as CUDA-graph replays while tuning: all of them (see header)
+# Split-K tile words (see _tile_words): arrivals in the low bits, the landed generation above them.
+ARRIVALS_PER_LAUNCH = tl.constexpr(64)  # every split in the configs divides it
+GENERATION_SHIFT = tl.constexpr(48)
+GENERATION_ONE = tl.constexpr(1 << 48)  # one generation, added to a word
+ARRIVAL_MASK = tl.constexpr((1 << 48) - 1)
+GENERATION_MASK = tl.constexpr(0xFFFF)
+
+
+def _t_bucket(T: int) -> int:
+    """Autotuning key for the token count: the next power of two, capped at 1024."""
+    return min(triton.next_power_of_2(T), 1024)
+
+
+def _block_t(use_mma: bool, t_bucket: int) -> int:
+    return min(max(t_bucket, MMA_MIN_BLOCK_T), MMA_MAX_BLOCK_T) if use_mma else t_bucket
+
+
+def _gpu_configs() -> list[triton.Config]:
+    # FMA: (BLOCK_E, BLOCK_K, SPLIT_K, warps), one expert row per program (row_vector's configs).
+    fma = [
+        (1, 1024, 1, 4),
+        (1, 1024, 1, 8),
+        (1, 512, 2, 4),
+        (1, 256, 4, 2),
+        (1, 256, 4, 4),
+        # New here: 256 one-row programs with other K blocks and warps (the 4-warp 1024-wide block won
+        # at T = 8 in row_groups' sweep), and 512 of them
+        (1, 512, 1, 4),
+        (1, 2048, 1, 8),
+        (1, 1024, 2, 4),
+    ]
+    # BF16x3: (BLOCK_E, BLOCK_K, SPLIT_K, warps, stages). BLOCK_E = 64 fills one warpgroup MMA's M;
+    # 16 and 32 give more, smaller tiles (and fixups) for the same 128-160 programs at T <= 64.
+    mma = [
+        (64, 64, 32, 4, 3),  # 4 x 32 = 128 programs, 2-3 K blocks each
+        (64, 32, 32, 4, 3),  # 5 K blocks each
+        (64, 64, 16, 4, 3),  # 64 programs, 5 K blocks
+        (32, 64, 16, 4, 3),  # 8 x 16 = 128
+        (32, 32, 16, 4, 3),
+        (16, 64, 8, 4, 3),  # 16 x 8 = 128, 10 K blocks
+        (16, 64, 16, 4, 3),  # 256
+        (64, 64, 2, 4, 4),  # T = 1000: 4 x 2 x 16 token tiles = 128 programs
+        (32, 64, 2, 4, 4),  # 256
+        (32, 64, 1, 4, 4),  # 128, no fixup
+        (16, 64, 1, 4, 4),  # 256, no fixup
+    ]
+    configs = [
+        triton.Config({"USE_MMA": False, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=1)
+        for e, k, s, w in fma
+    ]
+    configs += [
+        triton.Config({"USE_MMA": True, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=st)
+        for e, k, s, w, st in mma
+    ]
+    # New here: 16-row tiles on 1-2 warps (more programs per SM, no cross-warp MMA sync), and with
+    # 32-way splits or other K blocks and pipeline depths. (BLOCK_E, BLOCK_K, SPLIT_K, warps, stages)
+    narrow = [
+        (16, 64, 16, 2, 3),
+        (16, 64, 16, 1, 3),
+        (16, 64, 32, 2, 3),
+        (16, 32, 32, 4, 3),
+        (16, 32, 32, 2, 3),
+        (16, 128, 8, 4, 3),
+        (16, 128, 8, 2, 3),
+        (16, 64, 16, 4, 2),
+        (16, 64, 16, 4, 4),
+        # New here (see header): 2-warp tiles on deeper pipelines, 32-way splits on 1-2 warps
+        (16, 64, 16, 2, 4),
+        (16, 64, 16, 2, 5),
+        (16, 64, 32, 1, 3),
+        (32, 64, 32, 2, 3),
+    ]
+    configs += [
+        triton.Config({"USE_MMA": True, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s}, num_warps=w, num_stages=st)
+        for e, k, s, w, st in narrow
+    ]
+    return configs
+
+
+def _interpreter_config(T: int, D: int) -> dict:
+    """CPU: FMA below 8 tokens (one expert row per program: the task's T = 1 shape runs the 1-D path,
+    T = 5 the 2-D one), BF16x3 from 8, all with a 2-way split so that the fixup runs too; wide blocks
+    at full width, where the interpreter's cost is per program and per loop step."""
+    block_k = 32 if D <= 256 else 512
+    if T < MMA_MIN_BLOCK_T:
+        return {"USE_MMA": False, "BLOCK_E": 1, "BLOCK_K": block_k, "SPLIT_K": 2}
+    return {"USE_MMA": True, "BLOCK_E": 16 if D <= 256 else 64, "BLOCK_K": block_k, "SPLIT_K": 2}
+
+
+def _prune(configs, named_args, **kwargs):
+    """FMA configs for small T only, with a register tile of at most 64 FP32 per thread; BF16x3
+    from 2 tokens; at least 64 programs (the weight read needs the SMs), split-K only up to 1024."""
+    t_bucket, E, D = named_args["t_bucket"], named_args["E"], kwargs["D"]
+    kept = []
+    for c in configs:
+        use_mma, block_e, block_k, split_k = (c.kwargs[k] for k in ("USE_MMA", "BLOCK_E", "BLOCK_K", "SPLIT_K"))
+        block_t = _block_t(use_mma, t_bucket)
+        if block_e > triton.next_power_of_2(E) or split_k > triton.cdiv(D, block_k):
+            continue
+        if not use_mma and (t_bucket > FMA_MAX_T or block_t * block_k // (32 * c.num_warps) > 64):
+            continue
+        if use_mma and t_bucket < MMA_MIN_T:
+            continue
+        programs = triton.cdiv(E, block_e) * split_k * triton.cdiv(t_bucket, block_t)
+        if (split_k > 1 and programs > 1024) or programs < 64:  # < 64: half the SMs idle
+            continue
+        kept.append(c)
+    return kept or [min(configs, key=lambda c: c.kwargs["SPLIT_K"])]
+
+
+_tuning_t_bucket = [0]  # the T bucket of the launch being tuned (set by the launcher)
+
+
+def _time_config(kernel_call, quantiles):
+    """How the autotuner times a config: as a CUDA-graph replay at every T bucket (GRAPH_TIMED_T), the
+    way a decode step runs it; Triton's default (each call after an L2 flush by writing) above."""
+    if _tuning_t_bucket[0] <= GRAPH_TIMED_T:
+        return triton.testing.do_bench_cudagraph(kernel_call, quantiles=quantiles)
+    return triton.testing.do_bench(kernel_call, quantiles=quantiles)
+
+
+@triton.jit
+def _bf16_head(x):
+    """(head, x - head): head = x's upper 16 bits as a BF16 (x truncated toward zero to 8 significant
+    bits), and the FP32 remainder, exact (at most 16 significant bits, the same exponent range).
+    Integer shifts and one FP32 subtraction: no rounding conversion."""
+    bits = x.to(tl.uint32, bitcast=True)
+    head = (bits >> 16).to(tl.uint16).to(tl.bfloat16, bitcast=True)
+    return head, x - ((bits >> 16) << 16).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _kahan_add(total, comp, x):
+    """Compensated FP32 sum: total + x with the rounding error carried in comp (no FMA to contract:
+    the error term is exact). Keeps the sum over blocks and splits near one rounding."""
+    y = x - comp
+    t = total + y
+    return t, (t - total) - y
+
+
+def _router_kernel_fn(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    word_ptr_base,  # int64 tile words (see _tile_words)
+    T,
+    E,
+    stride_xt,
+    stride_xd,
+    stride_we,
+    stride_wd,
+    t_bucket,  # read by the autotuner's key and the BLOCK_T heuristic
+    D: tl.constexpr,
+    USE_MMA: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_E: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+):
+    pid_e = tl.program_id(0)
+    pid_s = tl.program_id(1)
+    pid_t = tl.program_id(2)
+    offs_t = pid_t * BLOCK_T + tl.arange(0, BLOCK_T)
+    offs_e = pid_e * BLOCK_E + tl.arange(0, BLOCK_E)
+    t_ok = offs_t < T
+    e_ok = offs_e < E
+    # This split's K blocks: SPLIT_K near-equal runs of whole BLOCK_K blocks.
+    K_BLOCKS: tl.constexpr = (D + BLOCK_K - 1) // BLOCK_K
+    KB_PER_SPLIT: tl.constexpr = (K_BLOCKS + SPLIT_K - 1) // SPLIT_K
+    kb_lo = pid_s * K_BLOCKS // SPLIT_K
+    kb_hi = (pid_s + 1) * K_BLOCKS // SPLIT_K
+    x_rows = x_ptr + offs_t.to(tl.int64)[:, None] * stride_xt
+    w_rows = w_ptr + offs_e.to(tl.int64)[:, None] * stride_we
+
+    if USE_MMA:
+        # logits^T tile [BLOCK_E, BLOCK_T] = W [BLOCK_E, K] @ x^T [K, BLOCK_T]: the split weight is
+        # the A operand (registers), x^T the B operand (shared memory).
+        acc_ET = tl.zeros((BLOCK_E, BLOCK_T), dtype=tl.float32)
+        comp_ET = tl.zeros((BLOCK_E, BLOCK_T), dtype=tl.float32)  # Kahan compensation of acc_ET
+        for kb in range(kb_lo, kb_hi):
+            offs_k = kb * BLOCK_K + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < D
+            w_EK = tl.load(w_rows + offs_k[None, :] * stride_wd, mask=e_ok[:, None] & k_ok[None, :], other=0.0)
+            x_TK = tl.load(x_rows + offs_k[None, :] * stride_xd, mask=t_ok[:, None] & k_ok[None, :], other=0.0)
+            # Exact three-way split of the FP32 weights by truncation (see header); x is BF16 already.
+            hi_EK, rest_EK = _bf16_head(w_EK)
+            mid_EK, lo_f32_EK = _bf16_head(rest_EK)
+            lo_EK, _ = _bf16_head(lo_f32_EK)  # exact: lo_f32 has at most 8 significant bits
+            block_ET = tl.dot(lo_EK, x_TK.T)
+            block_ET = tl.dot(mid_EK, x_TK.T, block_ET)
+            block_ET = tl.dot(hi_EK, x_TK.T, block_ET)
+            # The tensor cores accumulate one block only; blocks are added in IEEE FP32, compensated.
+            acc_ET, comp_ET = _kahan_add(acc_ET, comp_ET, block_ET)
+    else:
+        # FMA, one expert row per program, in the layout of a [BLOCK_K] vector (or [BLOCK_T, BLOCK_K]
+        # tile); unrolled, so all loads issue up front.
+        tl.static_assert(BLOCK_E == 1, "the FMA path computes one expert row per program")
+        w_row = w_ptr + pid_e.to(tl.int64) * stride_we
+        row_ok = pid_e < E
+        if BLOCK_T == 1:
+            x_row = x_ptr + pid_t.to(tl.int64) * stride_xt
+            row_ok = row_ok & (pid_t < T)
+            acc_K = tl.zeros((BLOCK_K,), dtype=tl.float32)
+            for i in tl.static_range(KB_PER_SPLIT):
+                offs_k = (kb_lo + i) * BLOCK_K + tl.arange(0, BLOCK_K)
+                k_ok = (offs_k < D) & (kb_lo + i < kb_hi) & row_ok
+                x_K = tl.load(x_row + offs_k * stride_xd, mask=k_ok, other=0.0)
+                w_K = tl.load(w_row + offs_k * stride_wd, mask=k_ok, other=0.0)
+                acc_K += x_K.to(tl.float32) * w_K
+            acc_ET = tl.zeros((BLOCK_E, BLOCK_T), dtype=tl.float32) + tl.sum(acc_K, axis=0)
+        else:
+            acc_TK = tl.zeros((BLOCK_T, BLOCK_K), dtype=tl.float32)
+            for i in tl.static_range(KB_PER_SPLIT):
+                offs_k = (kb_lo + i) * BLOCK_K + tl.arange(0, BLOCK_K)
+                k_ok = (offs_k < D) & (kb_lo + i < kb_hi)
+                # x in 4-element (8-byte) vectors, the width of W's 16-byte ones, so that both load
+                # into one register layout: W's row needs no trip through shared memory.
+                offs_kx = tl.max_contiguous(offs_k, 4)
+                x_TK = tl.load(x_rows + offs_kx[None, :] * stride_xd, mask=t_ok[:, None] & k_ok[None, :], other=0.0)
+                w_K = tl.load(w_row + offs_k * stride_wd, mask=k_ok & row_ok, other=0.0)
+                acc_TK += x_TK.to(tl.float32) * w_K[None, :]
+            acc_ET = tl.sum(acc_TK, axis=1)[None, :]
+
+    out_ptrs = out_ptr + offs_t.to(tl.int64)[None, :] * E + offs_e[:, None]
+    out_mask = e_ok[:, None] & t_ok[None, :]
+    if SPLIT_K == 1:
+        tl.store(out_ptrs, acc_ET, mask=out_mask)
+    else:
+        # Split-K by FP32 reductions (red.global.add.f32) into the output, no workspace and no sum by
+        # one program. The output is fresh memory, so one split stores before the rest add: the first to
+        # arrive stores its partial and raises the tile word's generation; the others add theirs once
+        # they see it. Nobody waits on a program that has not started.
+        tl.static_assert(ARRIVALS_PER_LAUNCH % SPLIT_K == 0, "SPLIT_K must divide ARRIVALS_PER_LAUNCH")
+        word_ptr = word_ptr_base + pid_t * tl.num_programs(0) + pid_e
+        old = tl.atomic_add(word_ptr, ARRIVALS_PER_LAUNCH // SPLIT_K, sem="acquire", scope="gpu")
+        arrivals = old & ARRIVAL_MASK
+        gen = (arrivals // ARRIVALS_PER_LAUNCH + 1) & GENERATION_MASK  # this launch's generation
+        if arrivals % ARRIVALS_PER_LAUNCH == 0:
+            tl.store(out_ptrs, acc_ET, mask=out_mask)
+            tl.debug_barrier()  # every thread's store precedes the (single-thread) release
+            tl.atomic_add(word_ptr, GENERATION_ONE, sem="release", scope="gpu")
+        else:
+            # Poll with a compare-and-swap that never swaps (no word is ever -1): Triton folds an
+            # atomic add of 0 away, which would leave this loop spinning on a stale value.
+            never = gen.to(tl.int64) * 0 - 1
+            seen = old
+            while ((seen >> GENERATION_SHIFT) & GENERATION_MASK) != gen:
+                seen = tl.atomic_cas(word_ptr, never, never, sem="acquire", scope="gpu")
+            tl.atomic_add(out_ptrs, acc_ET, mask=out_mask, sem="relaxed", scope="gpu")
+
+
+# BLOCK_T follows from the path and T (not tuned). On the GPU the rest is autotuned; cache_results
+# stores the winner in Triton's cache, so later processes on this machine (the harness's parity and
+# benchmark children, a model run) use the config that was checked, untuned.
+_router_jit = triton.heuristics({"BLOCK_T": lambda args: _block_t(args["USE_MMA"], args["t_bucket"])})(
+    triton.jit(_router_kernel_fn)
+)
+if _INTERPRET:
+    _router_kernel = _router_jit
+else:
+    _router_kernel = triton.autotune(
+        configs=_gpu_configs(),
+        key=["t_bucket", "E", "D"],
+        prune_configs_by={"early_config_prune": _prune},
+        do_bench=_time_config,
+        cache_results=True,
+    )(_router_jit)
+
+# One int64 word per output tile, per device: bits 0-47 count arrivals, ARRIVALS_PER_LAUNCH per launch
+# whatever its split (so configs of any split may follow each other on the same words); bits 48-63 hold
+# the generation (the launch's number mod 2^16) whose first store has landed. Zeroed once and never
+# reset: each launch leaves its tiles' words one generation on. The arrival field wraps after 2^42
+# launches on one tile. Buffers are never freed, because a captured CUDA graph keeps pointing at the
+# one it was captured with.
+_TILE_WORDS: dict[torch.device, torch.Tensor] = {}
+_RETIRED: list[torch.Tensor] = []
+_MIN_TILE_WORDS = 4096
+
+
+def _tile_words(device: torch.device, count: int) -> torch.Tensor:
+    buf = _TILE_WORDS.get(device)
+    if buf is None or buf.numel() < count:
+        if buf is not None:
+            _RETIRED.append(buf)
+        buf = torch.zeros(max(count, _MIN_TILE_WORDS), dtype=torch.int64, device=device)
+        _TILE_WORDS[device] = buf
+    return buf
+
+
+def _tile_bound(T: int, E: int, configs: list[dict]) -> int:
+    """Output tiles of the split configs among this call's candidates (words needed)."""
+    tiles = 1
+    for c in configs:
+        if c["SPLIT_K"] > 1:
+            block_t = _block_t(c["USE_MMA"], _t_bucket(T))
+            tiles = max(tiles, triton.cdiv(E, c["BLOCK_E"]) * triton.cdiv(T, block_t))
+    return tiles
+
+
+def router_logits(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> torch.Tensor:
+    """FP32 logits [T, E] = f32(x) @ W^T, as ops.router_logits computes them (no TF32)."""
+    if x_TD.dim() != 2 or w_router_ED.dim() != 2 or x_TD.shape[1] != w_router_ED.shape[1]:
+        raise ValueError(
+            f"expected x_TD [T, D] and w_router_ED [E, D]; got {tuple(x_TD.shape)} and {tuple(w_router_ED.shape)}"
+        )
+    if x_TD.dtype != torch.bfloat16 or w_router_ED.dtype != torch.float32:
+        raise ValueError(f"expected x_TD bfloat16 and w_router_ED float32; got {x_TD.dtype} and {w_router_ED.dtype}")
+    T, D = x_TD.shape
+    E = w_router_ED.shape[0]
+    logits_TE = torch.empty((T, E), dtype=torch.float32, device=x_TD.device)
+    if T == 0:
+        return logits_TE
+    t_bucket = _t_bucket(T)
+    if _INTERPRET:
+        fixed = _interpreter_config(T, D)
+        candidates = [fixed]
+    else:
+        fixed = {}
+        candidates = [c.all_kwargs() for c in _router_kernel.configs]
+        _tuning_t_bucket[0] = t_bucket
+    words = _tile_words(x_TD.device, _tile_bound(T, E, candidates))
+
+    def grid(meta):
+        return (triton.cdiv(E, meta["BLOCK_E"]), meta["SPLIT_K"], triton.cdiv(T, meta["BLOCK_T"]))
+
+    try:
+        _router_kernel[grid](
+            x_TD,
+            w_router_ED,
+            logits_TE,
+            words,
+            T,
+            E,
+            x_TD.stride(0),
+            x_TD.stride(1),
+            w_router_ED.stride(0),
+            w_router_ED.stride(1),
+            t_bucket,
+            D=D,
+            **fixed,
+        )
+    except BaseException:
+        # A launch that stopped part-way (under the CPU interpreter, an exception in one program) leaves
+        # its tiles' arrivals counted and no generation raised: every later launch would wait forever.
+        # On the GPU a launch raises before any program runs, and zeroing is then harmless.
+        words.zero_()
+        raise
+    return logits_TE
