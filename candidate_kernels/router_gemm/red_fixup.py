@@ -1,6 +1,6 @@
 """router_gemm: vector_width whose split-K partials go into the output by FP32 reductions, not one program's sum.
 
-Author: human (kernels team, issue 4), hand-written. Parent: vector_width.py (in force), whose FMA and
+Author: human (kernels team, issue 4), hand-written. Parent: vector_width.py (promoted before it), whose FMA and
 BF16x3 paths, configs and autotuning it keeps unchanged; only the split-K fixup differs.
 
 What changes, and why. vector_width publishes every split's partial tile to a workspace and counts
@@ -21,14 +21,28 @@ config forced beside vector_width's in one process), best config of each, us:
         copies out 6.85; the adds alone, into an unzeroed output (wrong on purpose) 5.37
   T=32  6.95 -> 5.67;  T=16  6.50 -> 5.29 (a 64 x 64 tile, 32-way split)
   T=1, 3, 8: no gain (the unsplit FMA picks, 3.65 / 4.02 / 4.82, stay faster than any split config).
+Two protocols that zero each output tile at the launch's start instead (`router_red_sweep2.py`, same
+process, best config each, T = 64): the split-0 program zeroing before its K loop 6.25 us, which
+waits on programs not yet started when dispatch does not follow the program id (CUDA does not
+promise it); every program taking a ticket first 6.55 (a round trip before its loads); this one
+6.38. Not worth the first's hazard: not used.
+In the harness (`harness run task=router_gemm "candidates=[red_fixup,vector_width]"`, run
+20261203T174455-861100, 2f9a1ce), p50 us against vector_width beside it: T=1 3.65 / 3.68, T=3 3.90 /
+3.91, T=8 4.64 / 4.70, T=64 **6.16** / 7.71, T=1000 33.07 / 33.72; in-child torch.compile 6.57, 15.84,
+19.98, 19.18, 79.65. Promoted. Again beside red_stages (its configs plus the sweep's 2-warp 4-5 stage
+and 1-2 warp 32-way tiles; run 20261203T174944-d5b5e8, removed): T=64 6.13 / 6.13, both autotuners
+picking the 16 x 64 tile with a 32-way split on 2 warps, 3 stages.
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.65 / 1.14 / 0.13-0.16 us: T = 1 and 8 for
+vector_width's reasons (its header: the goal at T = 1 is below every read of the weight measured, and
+T = 8 runs unsplit FMA rows whose chains no unit limits); at T = 64 the adds alone took 5.37-5.47 us
+and the protocol costs the rest.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
   T=8   5.33 MB -> 1.25 us (goal <= 3.5 us)
   T=64  6.03 MB -> 1.41 us (goal <= 6.0 us)
 One launch moving the same bytes (the harness's copy floor) replayed in 3.03-3.09 us at T <= 8 and
-3.22-3.28 at T = 64 (fifteenth and sixteenth sessions). vector_width's header says why T = 1 and 8
-stay above their goals; at T = 64 the adds alone (5.37 us) leave 0.63 us for the protocol.
+3.22-3.28 at T = 64 (fifteenth and sixteenth sessions).
 
 Numerics: vector_width's within each split (reference_model/ops.py router_logits, BEAM.md §4.1: FMA
 rows or BF16x3 MMAs on an exact truncating split of W, blocks added compensated). The SPLIT_K
