@@ -249,7 +249,9 @@ class _Evaluation:
             raise UsageError(f"candidate names must be distinct within a run; got {names}")
         # GPU parity children share the device's memory (a moe_experts child holds ~40 GB): two at a time.
         self.jobs = max(1, settings.jobs or (2 if self.on_gpu else (os.cpu_count() or 1)))
-        self.threads = max(1, (os.cpu_count() or 1) // min(self.jobs, len(self.units) or 1))
+        # CPU threads per child: parity children share the CPUs (run_parity_children sets their share);
+        # the baselines child and each benchmark child run alone and get them all.
+        self.parity_threads = max(1, (os.cpu_count() or 1) // min(self.jobs, len(self.units) or 1))
         self.root = Path(tempfile.mkdtemp(prefix=f"beam-harness-{task.name}-"))
         os.chmod(self.root, 0o711)
         self.peer_artifacts: Path | None = None  # the baselines child's torch.compile artifacts, once written
@@ -304,7 +306,8 @@ class _Evaluation:
                 shutil.copyfile(self.peer_artifacts, copy)
                 os.chmod(copy, 0o644)
                 request["peer_artifacts"] = str(copy)
-        run = sandbox.run_child(job, request, timeout_s, self.device, self.threads, self.settings.cuda_devices)
+        threads = self.parity_threads if mode == "parity" else max(1, os.cpu_count() or 1)
+        run = sandbox.run_child(job, request, timeout_s, self.device, threads, self.settings.cuda_devices)
         ended = "timed out" if run.timed_out else "ended"
         self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s{_compile_note(mode, run)}")
         if mode == "baselines":  # kept for later runs too, in case a warm cache leaves nothing to save
@@ -337,7 +340,7 @@ class _Evaluation:
         plan = plan_parity_children([len(f) for f in forced], len(self.settings.seeds),
                                     1 if self.on_gpu else self.jobs)  # fmt: skip
         workers = min(self.jobs, len(plan) or 1)
-        self.threads = max(1, (os.cpu_count() or 1) // workers)
+        self.parity_threads = max(1, (os.cpu_count() or 1) // workers)
         children: dict[tuple[int, int], tuple[sandbox.ChildRun, sandbox.Job]] = {}
         parts = {u: [c for c in plan if c.unit == u] for u in range(len(self.units))}
         unfinished = {u: len(mine) for u, mine in parts.items()}

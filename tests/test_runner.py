@@ -1072,6 +1072,32 @@ def test_each_benchmark_child_gets_its_own_copy_of_the_baselines_childs_artifact
     assert later.peer_artifacts == tmp_path / "cache" / "peers" / "fuse_norm.bin"
 
 
+def test_parity_children_share_the_cpus_and_the_baselines_and_benchmark_children_get_them_all(tmp_path, monkeypatch):
+    """Parity children run jobs at a time and split the CPUs between them; the baselines child and each
+    benchmark child run alone, so each gets every CPU (they used to inherit the parity children's share)."""
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    cands = [candidates.load(REPO_ROOT / f"tests/fixtures/fuse_norm/{f}.py", task.name, task.op_name)
+             for f in ("correct", "one_ulp_everywhere")]  # fmt: skip
+    threads_by_mode = {}
+
+    def fake_run_child(job, request, timeout_s, device, threads, cuda_devices=None):
+        threads_by_mode.setdefault(request["mode"], set()).add(threads)
+        return sandbox.ChildRun(0, False, 1.0, [{"event": "isolation", "layers": {}, "t": 0.1}], "")
+
+    monkeypatch.setattr(sandbox, "run_child", fake_run_child)
+    monkeypatch.setattr(runner.os, "cpu_count", lambda: 8)
+    settings = runner.EvaluationSettings(device="cpu", jobs=2, configs="chosen", results_dir=str(tmp_path))
+    with runner._Evaluation(task, cands, settings, echo=lambda _: None) as ev:
+        labels = [s.label for s in ev.shapes]
+        ev.run_parity_children(runner.tqdm(disable=True))
+        ev._spawn("baselines", "baselines", None, ["reference"], labels, 5.0)
+        ev._spawn("bench-x", "bench", ev.units[0], ["reference"], labels, 5.0)
+    assert threads_by_mode == {"parity": {4}, "baselines": {8}, "bench": {8}}
+
+
 def test_a_spent_budget_skips_the_benchmark_children_and_records_why(tmp_path, monkeypatch):
     from harness import candidates, runner
     from tasks import get_task
