@@ -351,9 +351,11 @@ else:
 # One int64 word per output tile, per device: bits 0-47 count arrivals, ARRIVALS_PER_LAUNCH per launch
 # whatever its split (so configs of any split may follow each other on the same words); bits 48-63 hold
 # the generation (the launch's number mod 2^16) whose first store has landed. Zeroed once and never
-# reset: each launch leaves its tiles' words one generation on. The arrival field wraps after 2^42
-# launches on one tile. Buffers are never freed, because a captured CUDA graph keeps pointing at the
-# one it was captured with.
+# reset: each launch leaves its tiles' words one generation on. Limit: after 2^42 split launches in one
+# process the arrival count carries into the generation bits and the tile's waiters would stop seeing
+# theirs (310 days of nothing but back-to-back 6.1 us launches; years at a model's pace). Fewer
+# generation bits (two would do) would push it out of reach. Buffers are never freed, because a
+# captured CUDA graph keeps pointing at the one it was captured with.
 _TILE_WORDS: dict[torch.device, torch.Tensor] = {}
 _RETIRED: list[torch.Tensor] = []
 _MIN_TILE_WORDS = 4096
