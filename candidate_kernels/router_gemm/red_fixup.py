@@ -31,8 +31,9 @@ In the harness (`harness run task=router_gemm "candidates=[red_fixup,vector_widt
 3.91, T=8 4.64 / 4.70, T=64 **6.16** / 7.71, T=1000 33.07 / 33.72; in-child torch.compile 6.57, 15.84,
 19.98, 19.18, 79.65. Promoted. Again beside red_stages (its configs plus the sweep's 2-warp 4-5 stage
 and 1-2 warp 32-way tiles; run 20261203T174944-d5b5e8, removed): T=64 6.13 / 6.13, both autotuners
-picking the 16 x 64 tile with a 32-way split on 2 warps, 3 stages.
-Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.65 / 1.14 / 0.13-0.16 us: T = 1 and 8 for
+picking the 16 x 64 tile with a 32-way split on 2 warps, 3 stages. Alone at 44d11fb (run
+20261203T180312-6741b5): T=1 3.66, T=3 3.91, T=8 4.65, T=64 6.20, T=1000 33.25.
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.65 / 1.14 / 0.13-0.20 us: T = 1 and 8 for
 vector_width's reasons (its header: the goal at T = 1 is below every read of the weight measured, and
 T = 8 runs unsplit FMA rows whose chains no unit limits); at T = 64 the adds alone took 5.37-5.47 us
 and the protocol costs the rest.
