@@ -249,9 +249,6 @@ class _Evaluation:
             raise UsageError(f"candidate names must be distinct within a run; got {names}")
         # GPU parity children share the device's memory (a moe_experts child holds ~40 GB): two at a time.
         self.jobs = max(1, settings.jobs or (2 if self.on_gpu else (os.cpu_count() or 1)))
-        # CPU threads per child: parity children share the CPUs (run_parity_children sets their share);
-        # the baselines child and each benchmark child run alone and get them all.
-        self.parity_threads = max(1, (os.cpu_count() or 1) // min(self.jobs, len(self.units) or 1))
         self.root = Path(tempfile.mkdtemp(prefix=f"beam-harness-{task.name}-"))
         os.chmod(self.root, 0o711)
         self.peer_artifacts: Path | None = None  # the baselines child's torch.compile artifacts, once written
@@ -289,8 +286,10 @@ class _Evaluation:
 
     def _spawn(
         self, name: str, mode: str, unit: _Unit | None, baselines: list[str], shapes: list[str], timeout_s: float,
-        extra: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None, threads: int | None = None,
     ) -> tuple[sandbox.ChildRun, sandbox.Job]:  # fmt: skip
+        """Run one child. `threads`: its CPU threads; parity children share the CPUs and pass their share,
+        the baselines child and each benchmark child run alone and get them all (None)."""
         isolate = unit is not None
         baselines_cache = self.cache_dir / "triton" / f"baselines-{self.task.name}"
         triton_cache = self.cache_dir / "triton" / unit.candidate.content_hash if unit is not None else baselines_cache
@@ -306,7 +305,7 @@ class _Evaluation:
                 shutil.copyfile(self.peer_artifacts, copy)
                 os.chmod(copy, 0o644)
                 request["peer_artifacts"] = str(copy)
-        threads = self.parity_threads if mode == "parity" else max(1, os.cpu_count() or 1)
+        threads = threads or max(1, os.cpu_count() or 1)
         run = sandbox.run_child(job, request, timeout_s, self.device, threads, self.settings.cuda_devices)
         ended = "timed out" if run.timed_out else "ended"
         self.echo(f"{self.task.name}: {mode} child {name} {ended} after {run.wall_s:.1f} s{_compile_note(mode, run)}")
@@ -340,7 +339,7 @@ class _Evaluation:
         plan = plan_parity_children([len(f) for f in forced], len(self.settings.seeds),
                                     1 if self.on_gpu else self.jobs)  # fmt: skip
         workers = min(self.jobs, len(plan) or 1)
-        self.parity_threads = max(1, (os.cpu_count() or 1) // workers)
+        threads = max(1, (os.cpu_count() or 1) // workers)
         children: dict[tuple[int, int], tuple[sandbox.ChildRun, sandbox.Job]] = {}
         parts = {u: [c for c in plan if c.unit == u] for u in range(len(self.units))}
         unfinished = {u: len(mine) for u, mine in parts.items()}
@@ -351,8 +350,9 @@ class _Evaluation:
             name = f"parity-{unit.candidate.short_hash}" + (f"-{child.part}" if child.part else "")
             extra = {"force_configs": [{**forced[child.unit][i], "index": i} for i in child.configs],
                      "own_call": child.part == 0}  # fmt: skip
-            children[(child.unit, child.part)] = self._spawn(name, "parity", unit, [], labels,
-                                                             self.settings.parity_timeout_s, extra)  # fmt: skip
+            children[(child.unit, child.part)] = self._spawn(
+                name, "parity", unit, [], labels, self.settings.parity_timeout_s, extra, threads
+            )
             with lock:
                 unfinished[child.unit] -= 1
                 if not unfinished[child.unit]:
