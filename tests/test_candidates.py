@@ -62,7 +62,7 @@ def _load_module(path):
 # ---- router_gemm: its interpreter launcher passes the config itself, which the runner cannot force -------
 @pytest.mark.parametrize(
     "candidate",
-    ["splitk_bf16x3", "row_vector", "swap_ab_bf16x3", "narrow_tiles", "vector_width", "red_fixup", "pdl_fill"],
+    ["splitk_bf16x3", "row_vector", "swap_ab_bf16x3", "narrow_tiles", "vector_width", "red_fixup", "pdl_red_fixup"],
 )
 def test_router_gemm_computes_the_task_function_with_every_gpu_config(candidate, tmp_path):
     """The runner records its GPU configs as unchecked (its interpreter kernel is no autotuner); here

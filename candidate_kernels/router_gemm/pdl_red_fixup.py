@@ -1,43 +1,91 @@
-"""router_gemm: red_fixup whose output is zeroed by a fill launch the GEMM overlaps (programmatic dependent launch).
+"""router_gemm: red_fixup launched as a programmatic dependent of the kernel before it (PDL), waiting for it first.
 
-Author: human (kernels team, issue 4), hand-written. Parent: red_fixup.py (promoted before it), whose FMA and BF16x3
-paths, configs and autotuning it keeps unchanged; only how the split-K partials meet differs.
+Author: human (kernels team, issue 4), hand-written. Parent: red_fixup.py, whose code this is
+but for the launch.
 
-What changes, and why. red_fixup's splits add their partials into the output with red.global.add.f32; the output
-is fresh memory, so the first split to arrive at a tile stores instead and the others wait to see it: one atomic
-round trip on a tile word per program, after its K loop. At T = 64 the adds alone (into an unzeroed output,
-wrong on purpose) took 5.37-5.47 us against red_fixup's 6.13-6.20 (twenty-third session), and a plain zero-fill
-launch before the kernel cost more than the words (6.53 us: a launch the GPU runs first, then the kernel's).
-Here a split config's call launches that fill, whose programs signal at once that their dependents may start
-(griddepcontrol.launch_dependents), and then the GEMM with launch_pdl (CUDA's programmatic stream
-serialization): the GEMM's programs load and multiply while the fill is still launching or running, and each
-waits for it (griddepcontrol.wait: the fill complete, its stores visible) only before its first add. Every
-split then adds; nobody stores first, nobody polls, no state outlives a call, and calls on several streams
-no longer share anything (red_fixup's tile words did). Unsplit configs store as before, with no fill and a
-plain launch. Safe inputs: the fill itself is an ordinary launch, so everything before it in the stream had
-completed when it started, and x was final when the GEMM (started after it) loaded it.
+What changes, and why. The parent's kernel starts with griddepcontrol.wait: none of its programs reads or
+writes anything before the kernel ahead of it in the stream has completed and its writes are visible,
+exactly as after an ordinary launch. Every GPU config launches with launch_pdl (CUDA's programmatic
+stream serialization), so the GPU may start dispatching this kernel's programs as the previous kernel's
+programs exit, before that kernel's completion is processed; at decode sizes, where a call is mostly
+launch and latency, that is a fraction of a microsecond per call. Nothing here triggers the next kernel
+early (no griddepcontrol.launch_dependents): what the previous kernel gives this one, any previous
+kernel gives it, so the harness's back-to-back calls time what a decode step gets. Results, numerics
+and configs are the parent's; the Triton interpreter (no griddepcontrol) runs the parent's code.
+Programmatic dependent launch needs Hopper or later.
+
+Measured on the H200 (twenty-fourth session, results/gpu_logs/2026-12-03-session24/pdl_sweep.py: the harness's
+timer, CUDA-graph windows over 64 rotated input sets, interleaved; each variant autotuned itself in the one
+process), p50 us, the parent as committed -> with this launch; in brackets the same plus
+griddepcontrol.launch_dependents after the wait, not used: back to back it lets each call start the next
+one early, which a decode step gets only where the kernel before this one triggers too:
+  T=1  3.72 -> 3.46 (3.07);  T=8  4.71 -> 4.50 (4.07);  T=64  6.15 -> 5.90 (5.53)
+  one launch moving the same bytes, timed beside them: 3.12 / 3.13 / 3.27
+The autotuners took the same configs with and without it at T = 1 and 64 (an 8-warp FMA row; 16 x 64 tiles,
+32-way split, 2 warps) and the same errors against FP64 came out (9.2e-08, 1.35e-07 normwise).
+
+red_fixup.py's header, unchanged (its figures are the parent's):
+
+router_gemm: vector_width whose split-K partials go into the output by FP32 reductions, not one program's sum.
+
+Author: human (kernels team, issue 4), hand-written. Parent: vector_width.py (promoted before it), whose FMA and
+BF16x3 paths, configs and autotuning it keeps unchanged; only the split-K fixup differs.
+
+What changes, and why. vector_width publishes every split's partial tile to a workspace and counts
+arrivals; the last to arrive sums the SPLIT_K partials in K order (compensated) and stores the tile.
+At T = 64 (its pick: BF16x3, 16 x 64 tiles, 16-way split) that tail cost 1.94 of 7.66 us (twentieth
+session): 0.63 the acq_rel arrivals, 1.31 one program reading 16 partials of 4 KB from L2. Here every
+split adds its partial straight into the output with red.global.add.f32 (no workspace, nothing read
+back), spread over all the programs. The output is fresh memory, so one split must store before the
+others add: the first to arrive at the tile's word stores its partial and raises the word's
+generation (release); the others add theirs once their arrival (acquire) or a poll shows it. A
+program only ever waits on one that has already arrived, so the protocol cannot deadlock whatever
+the scheduling. The words (see _tile_words) are never reset: each launch moves them one generation
+on, so consecutive launches with any split need no cleanup.
+Measured on the H200 (twenty-third session, `router_red_sweep.py`, graph replays, every shipped split
+config forced beside vector_width's in one process), best config of each, us:
+  T=64  7.80 (vector_width, autotuned 7.81) -> 6.42 (this protocol, 16 x 64 tiles, 16-way, 2 warps);
+        adding into an output zeroed by a fill launch first 6.53; into a workspace the last arriver
+        copies out 6.85; the adds alone, into an unzeroed output (wrong on purpose) 5.37
+  T=32  6.95 -> 5.67;  T=16  6.50 -> 5.29 (a 64 x 64 tile, 32-way split)
+  T=1, 3, 8: no gain (the unsplit FMA picks, 3.65 / 4.02 / 4.82, stay faster than any split config).
+Two protocols that zero each output tile at the launch's start instead (`router_red_sweep2.py`, same
+process, best config each, T = 64): the split-0 program zeroing before its K loop 6.25 us, which
+waits on programs not yet started when dispatch does not follow the program id (CUDA does not
+promise it); every program taking a ticket first 6.55 (a round trip before its loads); this one
+6.38. Not worth the first's hazard: not used.
+In the harness (`harness run task=router_gemm "candidates=[red_fixup,vector_width]"`, run
+20261203T174455-861100, 2f9a1ce), p50 us against vector_width beside it: T=1 3.65 / 3.68, T=3 3.90 /
+3.91, T=8 4.64 / 4.70, T=64 **6.16** / 7.71, T=1000 33.07 / 33.72; in-child torch.compile 6.57, 15.84,
+19.98, 19.18, 79.65. Promoted. Again beside red_stages (its configs plus the sweep's 2-warp 4-5 stage
+and 1-2 warp 32-way tiles; run 20261203T174944-d5b5e8, removed): T=64 6.13 / 6.13, both autotuners
+picking the 16 x 64 tile with a 32-way split on 2 warps, 3 stages. Alone at 44d11fb (run
+20261203T180312-6741b5): T=1 3.66, T=3 3.91, T=8 4.65, T=64 6.20, T=1000 33.25.
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64) missed by 0.65 / 1.14 / 0.13-0.20 us: T = 1 and 8 for
+vector_width's reasons (its header: the goal at T = 1 is below every read of the weight measured, and
+T = 8 runs unsplit FMA rows whose chains no unit limits); at T = 64 the adds alone took 5.37-5.47 us
+and the protocol costs the rest.
 
 Floor (bytes / 4275 GB/s, bytes = T*D*2 + E*D*4 + T*E*4, D = 5120, E = 256):
   T=1   5.25 MB -> 1.23 us (goal <= 3.0 us); one read of W alone: 3.12 us at best of 30 layouts
   T=8   5.33 MB -> 1.25 us (goal <= 3.5 us)
   T=64  6.03 MB -> 1.41 us (goal <= 6.0 us)
 One launch moving the same bytes (the harness's copy floor) replayed in 3.03-3.09 us at T <= 8 and
-3.22-3.28 at T = 64 (fifteenth and sixteenth sessions). The fill adds T*E*4 bytes of stores (64 KB at T = 64).
+3.22-3.28 at T = 64 (fifteenth and sixteenth sessions).
 
 Numerics: vector_width's within each split (reference_model/ops.py router_logits, BEAM.md §4.1: FMA
 rows or BF16x3 MMAs on an exact truncating split of W, blocks added compensated). The SPLIT_K
-partials are then added in FP32 onto zero in arrival order, one rounding each, not compensated in K
-order: the result is not bitwise deterministic across runs of a split config (unsplit configs are).
-red_fixup's error against FP64 at T = 64 was 1.16e-07 normwise (vector_width 9.2e-08, cuBLAS FP32
-2.24e-07; the task allows 1e-6 and 1.05x the reference's own). red.global.add.f32 flushes subnormal
-sums to zero (logits are O(1)).
+partials are then added in FP32 in arrival order, one rounding each, not compensated in K order:
+the result is not bitwise deterministic across runs of a split config (unsplit configs are). The
+error this adds is about one FP32 rounding of the logit (measured against FP64, normwise: 1.16e-07
+at T = 64 against vector_width's 9.2e-08 and cuBLAS FP32's 2.24e-07; the task allows 1e-6 and 1.05x
+the reference's own). red.global.add.f32 flushes subnormal sums to zero (logits are O(1)).
 
 Launch: grid (cdiv(E, BLOCK_E), SPLIT_K, cdiv(T, BLOCK_T)); configs autotuned per T bucket (prune
-below), every bucket timed as CUDA-graph replays (a split config with its fill), the winner in
-`_router_kernel.best_config`. The first call per T bucket benchmarks every config (it synchronizes)
-and runs its pick once into scratch, so that the launcher knows whether its call needs the fill: call
-once before capturing a CUDA graph; replays never tune. Programmatic dependent launch needs Hopper or
-later (griddepcontrol); the Triton interpreter runs the fill, then the GEMM.
+below), every bucket timed as CUDA-graph replays, the winner in
+`_router_kernel.best_config`. The first call per T bucket benchmarks every config (it
+synchronizes): call once before capturing a CUDA graph; replays never tune. Not reentrant across
+streams: two concurrent calls on one device share the tile words.
 
 Shape legend: T tokens, D hidden, E experts, K the reduction (= D).
 """
@@ -49,28 +97,31 @@ import os
 import torch
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+from triton.language.extra.cuda import gdc_wait
 
 CANDIDATE = {
     "author": "human",
     "model": None,
     "parent": "red_fixup",
-    "idea": "red_fixup with the output zeroed by a fill launch the split GEMM overlaps (programmatic dependent launch)",
+    "idea": "red_fixup launched as a programmatic dependent of the previous kernel, waiting for it before any load",
 }
 
 # TRITON_INTERPRET is read when kernels are decorated. The interpreter runs one config, no
 # autotuning: there the config is a function of T (below), so that the task's CPU shapes exercise
 # both paths and the split-K fixup.
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+PDL = tl.constexpr(not _INTERPRET)  # griddepcontrol is the GPU's (see the header)
 
 FMA_MAX_T = 16  # the FMA path's register tile [BLOCK_T, BLOCK_K] grows with T (at most 64 per thread)
 MMA_MIN_T = 2  # one token: the FMA row is a plain read of W, nothing for the tensor cores to save
 MMA_MIN_BLOCK_T, MMA_MAX_BLOCK_T = 8, 64  # the token side is the MMA's N: a multiple of 8
 GRAPH_TIMED_T = 1024  # buckets timed as CUDA-graph replays while tuning: all of them (see header)
-# Programmatic dependent launch (griddepcontrol, Hopper's grid dependency control): the GPU's, not the
-# interpreter's. Without it the split GEMM simply runs after the fill.
-PDL = tl.constexpr(not _INTERPRET)
-FILL_BLOCK = 2048  # elements of the output one fill program zeroes
+# Split-K tile words (see _tile_words): arrivals in the low bits, the landed generation above them.
+ARRIVALS_PER_LAUNCH = tl.constexpr(64)  # every split in the configs divides it
+GENERATION_SHIFT = tl.constexpr(48)
+GENERATION_ONE = tl.constexpr(1 << 48)  # one generation, added to a word
+ARRIVAL_MASK = tl.constexpr((1 << 48) - 1)
+GENERATION_MASK = tl.constexpr(0xFFFF)
 
 
 def _t_bucket(T: int) -> int:
@@ -111,8 +162,18 @@ def _gpu_configs() -> list[triton.Config]:
         (32, 64, 1, 4, 4),  # 128, no fixup
         (16, 64, 1, 4, 4),  # 256, no fixup
     ]
-    configs = [_config(False, e, k, s, w, 1) for e, k, s, w in fma]
-    configs += [_config(True, e, k, s, w, st) for e, k, s, w, st in mma]
+    configs = [
+        triton.Config(
+            {"USE_MMA": False, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s, "launch_pdl": True}, num_warps=w, num_stages=1
+        )
+        for e, k, s, w in fma
+    ]
+    configs += [
+        triton.Config(
+            {"USE_MMA": True, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s, "launch_pdl": True}, num_warps=w, num_stages=st
+        )
+        for e, k, s, w, st in mma
+    ]
     # New here: 16-row tiles on 1-2 warps (more programs per SM, no cross-warp MMA sync), and with
     # 32-way splits or other K blocks and pipeline depths. (BLOCK_E, BLOCK_K, SPLIT_K, warps, stages)
     narrow = [
@@ -126,16 +187,13 @@ def _gpu_configs() -> list[triton.Config]:
         (16, 64, 16, 4, 2),
         (16, 64, 16, 4, 4),
     ]
-    configs += [_config(True, e, k, s, w, st) for e, k, s, w, st in narrow]
+    configs += [
+        triton.Config(
+            {"USE_MMA": True, "BLOCK_E": e, "BLOCK_K": k, "SPLIT_K": s, "launch_pdl": True}, num_warps=w, num_stages=st
+        )
+        for e, k, s, w, st in narrow
+    ]
     return configs
-
-
-def _config(use_mma: bool, block_e: int, block_k: int, split_k: int, warps: int, stages: int) -> triton.Config:
-    """A split config launches as the fill's programmatic dependent (launch_pdl, a launch option)."""
-    kwargs = {"USE_MMA": use_mma, "BLOCK_E": block_e, "BLOCK_K": block_k, "SPLIT_K": split_k}
-    if split_k > 1:
-        kwargs["launch_pdl"] = True
-    return triton.Config(kwargs, num_warps=warps, num_stages=stages)
 
 
 def _interpreter_config(T: int, D: int) -> dict:
@@ -203,6 +261,7 @@ def _router_kernel_fn(
     x_ptr,
     w_ptr,
     out_ptr,
+    word_ptr_base,  # int64 tile words (see _tile_words)
     T,
     E,
     stride_xt,
@@ -217,6 +276,8 @@ def _router_kernel_fn(
     BLOCK_K: tl.constexpr,
     SPLIT_K: tl.constexpr,
 ):
+    if PDL:
+        gdc_wait()  # the previous kernel complete, its writes visible: before any load or store
     pid_e = tl.program_id(0)
     pid_s = tl.program_id(1)
     pid_t = tl.program_id(2)
@@ -286,23 +347,27 @@ def _router_kernel_fn(
     if SPLIT_K == 1:
         tl.store(out_ptrs, acc_ET, mask=out_mask)
     else:
-        # Split-K by FP32 reductions (red.global.add.f32) into the output, which _zero_fill zeroed in the
-        # launch before this one. Launched as its programmatic dependent, this grid ran its K loop while
-        # the fill was still starting or running: wait for the fill to complete (and its stores to be
-        # visible) only now, before the first add. Everything before the fill in the stream had
-        # completed when the fill started, so x was final when this grid loaded it.
-        if PDL:
-            gdc_wait()
-        tl.atomic_add(out_ptrs, acc_ET, mask=out_mask, sem="relaxed", scope="gpu")
-
-
-@triton.jit
-def _zero_fill_kernel(out_ptr, n, BLOCK: tl.constexpr):
-    """out[:n] = 0. Lets the split GEMM launched after it (programmatic dependent launch) start at once."""
-    if PDL:
-        gdc_launch_dependents()
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(out_ptr + offs, tl.zeros((BLOCK,), dtype=tl.float32), mask=offs < n)
+        # Split-K by FP32 reductions (red.global.add.f32) into the output, no workspace and no sum by
+        # one program. The output is fresh memory, so one split stores before the rest add: the first to
+        # arrive stores its partial and raises the tile word's generation; the others add theirs once
+        # they see it. Nobody waits on a program that has not started.
+        tl.static_assert(ARRIVALS_PER_LAUNCH % SPLIT_K == 0, "SPLIT_K must divide ARRIVALS_PER_LAUNCH")
+        word_ptr = word_ptr_base + pid_t * tl.num_programs(0) + pid_e
+        old = tl.atomic_add(word_ptr, ARRIVALS_PER_LAUNCH // SPLIT_K, sem="acquire", scope="gpu")
+        arrivals = old & ARRIVAL_MASK
+        gen = (arrivals // ARRIVALS_PER_LAUNCH + 1) & GENERATION_MASK  # this launch's generation
+        if arrivals % ARRIVALS_PER_LAUNCH == 0:
+            tl.store(out_ptrs, acc_ET, mask=out_mask)
+            tl.debug_barrier()  # every thread's store precedes the (single-thread) release
+            tl.atomic_add(word_ptr, GENERATION_ONE, sem="release", scope="gpu")
+        else:
+            # Poll with a compare-and-swap that never swaps (no word is ever -1): Triton folds an
+            # atomic add of 0 away, which would leave this loop spinning on a stale value.
+            never = gen.to(tl.int64) * 0 - 1
+            seen = old
+            while ((seen >> GENERATION_SHIFT) & GENERATION_MASK) != gen:
+                seen = tl.atomic_cas(word_ptr, never, never, sem="acquire", scope="gpu")
+            tl.atomic_add(out_ptrs, acc_ET, mask=out_mask, sem="relaxed", scope="gpu")
 
 
 # BLOCK_T follows from the path and T (not tuned). On the GPU the rest is autotuned; cache_results
@@ -311,21 +376,6 @@ def _zero_fill_kernel(out_ptr, n, BLOCK: tl.constexpr):
 _router_jit = triton.heuristics({"BLOCK_T": lambda args: _block_t(args["USE_MMA"], args["t_bucket"])})(
     triton.jit(_router_kernel_fn)
 )
-
-
-def _zero_fill(out: torch.Tensor) -> None:
-    n = out.numel()
-    _zero_fill_kernel[(triton.cdiv(n, FILL_BLOCK),)](out, n, BLOCK=FILL_BLOCK)
-
-
-def _fill_before_split_configs(nargs: dict, reset_only: bool = False) -> None:
-    """The autotuner's pre-hook, run before each launch it times: a split config is timed with the fill
-    it needs. (Outside tuning the launcher launches the fill: a pre-hook of the config itself would keep
-    the autotuner from caching its pick on disk.)"""
-    if not reset_only and nargs["SPLIT_K"] > 1:
-        _zero_fill(nargs["out_ptr"])
-
-
 if _INTERPRET:
     _router_kernel = _router_jit
 else:
@@ -335,19 +385,39 @@ else:
         prune_configs_by={"early_config_prune": _prune},
         do_bench=_time_config,
         cache_results=True,
-        pre_hook=_fill_before_split_configs,
     )(_router_jit)
 
+# One int64 word per output tile, per device: bits 0-47 count arrivals, ARRIVALS_PER_LAUNCH per launch
+# whatever its split (so configs of any split may follow each other on the same words); bits 48-63 hold
+# the generation (the launch's number mod 2^16) whose first store has landed. Zeroed once and never
+# reset: each launch leaves its tiles' words one generation on. Limit: after 2^42 split launches in one
+# process the arrival count carries into the generation bits and the tile's waiters would stop seeing
+# theirs (310 days of nothing but back-to-back 6.1 us launches; years at a model's pace). Fewer
+# generation bits (two would do) would push it out of reach. Buffers are never freed, because a
+# captured CUDA graph keeps pointing at the one it was captured with.
+_TILE_WORDS: dict[torch.device, torch.Tensor] = {}
+_RETIRED: list[torch.Tensor] = []
+_MIN_TILE_WORDS = 4096
 
-def _config_in_force(t_bucket: int, E: int, D: int) -> dict | None:
-    """The config the autotuner launches for this key: its only one (the harness forces configs so), or
-    its pick for the key (the key's values lead the autotuner's cache keys); None before it has tuned."""
-    if len(_router_kernel.configs) == 1:
-        return _router_kernel.configs[0].all_kwargs()
-    for key, config in _router_kernel.cache.items():
-        if tuple(key[:3]) == (t_bucket, E, D):
-            return config.all_kwargs()
-    return None
+
+def _tile_words(device: torch.device, count: int) -> torch.Tensor:
+    buf = _TILE_WORDS.get(device)
+    if buf is None or buf.numel() < count:
+        if buf is not None:
+            _RETIRED.append(buf)
+        buf = torch.zeros(max(count, _MIN_TILE_WORDS), dtype=torch.int64, device=device)
+        _TILE_WORDS[device] = buf
+    return buf
+
+
+def _tile_bound(T: int, E: int, configs: list[dict]) -> int:
+    """Output tiles of the split configs among this call's candidates (words needed)."""
+    tiles = 1
+    for c in configs:
+        if c["SPLIT_K"] > 1:
+            block_t = _block_t(c["USE_MMA"], _t_bucket(T))
+            tiles = max(tiles, triton.cdiv(E, c["BLOCK_E"]) * triton.cdiv(T, block_t))
+    return tiles
 
 
 def router_logits(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> torch.Tensor:
@@ -364,15 +434,24 @@ def router_logits(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> torch.Tensor
     if T == 0:
         return logits_TE
     t_bucket = _t_bucket(T)
+    if _INTERPRET:
+        fixed = _interpreter_config(T, D)
+        candidates = [fixed]
+    else:
+        fixed = {}
+        candidates = [c.all_kwargs() for c in _router_kernel.configs]
+        _tuning_t_bucket[0] = t_bucket
+    words = _tile_words(x_TD.device, _tile_bound(T, E, candidates))
 
     def grid(meta):
         return (triton.cdiv(E, meta["BLOCK_E"]), meta["SPLIT_K"], triton.cdiv(T, meta["BLOCK_T"]))
 
-    def launch(out: torch.Tensor, **fixed) -> None:
+    try:
         _router_kernel[grid](
             x_TD,
             w_router_ED,
-            out,
+            logits_TE,
+            words,
             T,
             E,
             x_TD.stride(0),
@@ -383,19 +462,10 @@ def router_logits(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> torch.Tensor
             D=D,
             **fixed,
         )
-
-    if _INTERPRET:
-        fixed = config = _interpreter_config(T, D)
-    else:
-        fixed = {}
-        config = _config_in_force(t_bucket, E, D)
-        if config is None:
-            # The bucket's first call: the autotuner times every config (each split one after its fill)
-            # and launches its pick, here into scratch; then the call proper, with the fill its pick needs.
-            _tuning_t_bucket[0] = t_bucket
-            launch(torch.empty_like(logits_TE))
-            config = _config_in_force(t_bucket, E, D)
-    if config["SPLIT_K"] > 1:
-        _zero_fill(logits_TE)
-    launch(logits_TE, **fixed)
+    except BaseException:
+        # A launch that stopped part-way (under the CPU interpreter, an exception in one program) leaves
+        # its tiles' arrivals counted and no generation raised: every later launch would wait forever.
+        # On the GPU a launch raises before any program runs, and zeroing is then harmless.
+        words.zero_()
+        raise
     return logits_TE
