@@ -35,6 +35,13 @@ Cheat checks around every candidate call (names as recorded):
   profile_hook_removed      the call removed the profile hook that watches for the fallback
   stale_memory              (parent) an output holding the allocator poison pattern: it was never
                             written, and would have shown whatever an earlier op left there
+  early_launch_trigger      (benchmark child) a Triton kernel of the candidate, compiled in the child,
+                            that lets the kernel after it launch before it ends (programmatic dependent
+                            launch's griddepcontrol.launch_dependents): back to back, each timed call
+                            would start the next one early, which a model step gets only where the
+                            kernel before it does the same. Launching as a dependent and waiting for
+                            the previous kernel (launch_pdl, griddepcontrol.wait) is not flagged: any
+                            previous kernel gives that.
 """
 
 from __future__ import annotations
@@ -393,6 +400,37 @@ def _autotuners(module: Any) -> dict[str, Any]:
     return {name: obj for name, obj in vars(module).items() if isinstance(obj, Autotuner)}
 
 
+PDL_TRIGGER = "griddepcontrol.launch_dependents"
+
+
+def _compiled_kernels(module: Any) -> dict[str, list[Any]]:
+    """The Triton kernels this process compiled from the module's JIT functions, by function name: each
+    module global is unwrapped through autotuners and heuristics (`.fn`) to an object with Triton's
+    per-device kernel caches."""
+    found: dict[str, list[Any]] = {}
+    for value in vars(module).values():
+        fn, depth = value, 0
+        while fn is not None and not hasattr(fn, "device_caches") and depth < 8:
+            fn, depth = getattr(fn, "fn", None), depth + 1
+        caches = getattr(fn, "device_caches", None)
+        if not isinstance(caches, dict):
+            continue
+        kernels = found.setdefault(getattr(fn, "__name__", repr(fn)), [])
+        for per_device in caches.values():
+            for kernel in per_device[0].values():  # (kernel cache, key cache, target, backend, binder)
+                kernels.append(kernel.result() if hasattr(kernel, "result") else kernel)
+    return found
+
+
+def early_launch_triggers(module: Any) -> list[str]:
+    """`early_launch_trigger` cheats: the module's compiled kernels whose PTX triggers the next launch."""
+    return [
+        f"early_launch_trigger: {name} ({PDL_TRIGGER}: back-to-back timed calls of it would overlap)"
+        for name, kernels in sorted(_compiled_kernels(module).items())
+        if any(PDL_TRIGGER in (getattr(k, "asm", None) or {}).get("ptx", "") for k in kernels)
+    ]
+
+
 def autotuned_choices(module: Any) -> dict[str, dict[str, str]]:
     """What each Triton autotuner of the module chose in this process: {kernel: {key: config}}
     (the key is the autotuner's: its key arguments' values, then the tensors' dtypes)."""
@@ -731,7 +769,8 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
         report.emit("configs", kernels=autotuned_configs(sys.modules[launcher.__module__]))
     else:
         bench_loop(torch, request, task, {"candidate": launcher, **impls}, report, skip)
-        report.emit("bench_checks", cheats=changed_identities(guard, task_module))
+        triggers = early_launch_triggers(sys.modules[launcher.__module__])
+        report.emit("bench_checks", cheats=changed_identities(guard, task_module) + triggers)
         report.emit("autotuned", kernels=autotuned_choices(sys.modules[launcher.__module__]))
     report.emit("done", violations=list(monitor.violations))
 

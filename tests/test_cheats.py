@@ -140,6 +140,44 @@ def test_the_launch_log_knows_only_what_a_returned_call_did_not_launch():
     assert not log.idle_at("b", "T=5", 1) and not log.idle_at("b", "T=1", 2)
 
 
+def test_kernels_that_trigger_the_next_launch_are_named_from_their_compiled_code():
+    """The benchmark child's early_launch_trigger check: every Triton kernel a module global leads to (through
+    autotuner-like `.fn` wrappers), each compiled variant's PTX; a pending compile is awaited. Here with
+    stand-ins for Triton's objects: the GPU test in test_runner.py compiles real ones."""
+    import types
+
+    from harness.child import PDL_TRIGGER, early_launch_triggers
+
+    class Compiled:
+        def __init__(self, ptx):
+            self.asm = {"ptx": ptx}
+
+    class Pending:  # an asynchronous compile, as Triton may keep in its cache
+        def __init__(self, kernel):
+            self.kernel = kernel
+
+        def result(self):
+            return self.kernel
+
+    def jit(name, *ptx, pending=False):
+        kernels = {i: (Pending(Compiled(p)) if pending else Compiled(p)) for i, p in enumerate(ptx)}
+        return types.SimpleNamespace(__name__=name, device_caches={0: (kernels, {}, None, None, None)})
+
+    waits = "griddepcontrol.wait;\nld.global.b32 ..."
+    module = types.SimpleNamespace(
+        _plain=jit("_plain", "ld.global.b32 ...", waits),
+        _tuned=types.SimpleNamespace(fn=types.SimpleNamespace(fn=jit("_tuned", waits, f"{PDL_TRIGGER};"))),
+        _later=jit("_later", f"{PDL_TRIGGER}; // dummy", pending=True),
+        _never_compiled=jit("_never_compiled"),
+        torch=types.SimpleNamespace(),
+        BLOCK=128,
+    )
+    found = early_launch_triggers(module)
+    assert [f.split(" ")[1] for f in found] == ["_later", "_tuned"], found
+    assert all(f.startswith("early_launch_trigger: ") for f in found)
+    assert early_launch_triggers(types.SimpleNamespace(_plain=module._plain)) == []
+
+
 def test_a_heavy_candidates_configs_are_dealt_to_several_children():
     from harness.runner import ParityChild, plan_parity_children
 

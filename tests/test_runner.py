@@ -936,6 +936,27 @@ def test_gpu_cheats_side_streams_and_stale_memory_are_caught(tmp_path):
     assert status["correct"].status is Status.PASSED, status["correct"].detail
 
 
+@pytest.mark.gpu
+def test_a_kernel_that_lets_the_next_launch_start_early_is_caught_in_the_benchmark_child(tmp_path):
+    """Back to back, a kernel that triggers its dependents early (griddepcontrol.launch_dependents) would
+    overlap the next timed call of itself; one that only launches as a dependent and waits is timed."""
+    from harness import candidates, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    found = [candidates.load(REPO_ROOT / f"tests/fixtures/gpu/{n}.py", task.name, task.op_name)
+             for n in ("early_trigger", "waits_first")]  # fmt: skip
+    settings = runner.EvaluationSettings(device="cuda", shapes=("T=1",), seeds=(1,), results_dir=str(tmp_path),
+                                         baselines=False, promote=False)  # fmt: skip
+    status = {r.implementation: r for r in runner.evaluate(task, found, settings).records}
+    early = status["early_trigger"]
+    assert early.status is Status.CHEAT_DETECTED, (early.status, early.detail)
+    assert early.detail.startswith("in the benchmark child: early_launch_trigger: _copy_out"), early.detail
+    assert early.timing is None
+    waits = status["waits_first"]
+    assert waits.status is Status.PASSED and waits.timing is not None, (waits.status, waits.detail)
+
+
 # ---- torch.compile artifacts: the baselines child's compiles, loaded by the benchmark children ---------
 PEER_SCRIPT = """
 import json, sys, torch

@@ -22,6 +22,15 @@ one early, which a decode step gets only where the kernel before this one trigge
   T=1  2.59 -> 2.32 (2.16);  T=8  3.49 -> 3.21 (3.01)
   one launch moving the same bytes, timed beside them: 1.14 / 1.25
 Both outputs bit-exact with the reference op at both shapes, every variant.
+In the harness (`harness run task=fuse_norm "candidates=[pdl_row_warps,row_warps]"`, run
+20261203T192659-3c9d8a, 97de06c), p50 us against row_warps beside it: T=1 **2.37** (p20-p80 2.30-2.41) / 2.65,
+T=3 2.80 / 3.08, T=8 3.01 / 3.28, T=64 3.86 / 4.09, T=1000 11.54 / 12.82, T=16384 169.75 / 171.12 (in-child
+torch.compile 3.03, 3.55, 3.87, 4.86, 14.32, 184.89); bit-exact at every shape. Promoted; the GPU tests of
+the optimized model passed with it (9 of 9).
+Goals: T = 1 <= 2.3 us missed by 0.07 us (its p20 reached 2.30); the exact sums of squares cost 0.35 us
+there (twenty-second session), so FP32 sums would meet it but fail parity (row_warps' header, below).
+T = 16384 <= 165 us missed by 4.75 us: 93% of the copy floor, where PDL hides only the launches between
+calls of a window.
 
 row_warps.py's header, unchanged (its figures are the parent's):
 

@@ -23,6 +23,13 @@ one early, which a decode step gets only where the kernel before this one trigge
   one launch moving the same bytes, timed beside them: 3.12 / 3.13 / 3.27
 The autotuners took the same configs with and without it at T = 1 and 64 (an 8-warp FMA row; 16 x 64 tiles,
 32-way split, 2 warps) and the same errors against FP64 came out (9.2e-08, 1.35e-07 normwise).
+In the harness (`harness run task=router_gemm "candidates=[pdl_red_fixup,red_fixup]"`, run
+20261203T192349-4632be, 97de06c), p50 us against red_fixup beside it: T=1 3.39 / 3.65, T=3 3.65 / 3.88,
+T=8 4.42 / 4.63, T=64 **5.86** / 6.12, T=1000 31.60 / 33.19 (in-child torch.compile 6.56, 15.97, 19.99,
+19.14, 79.57). Promoted; the GPU tests of the optimized model passed with it (9 of 9).
+Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64): T = 64 met, by 0.14 us. T = 1 and 8 missed by 0.39 / 0.92 us,
+for red_fixup's reasons (below): at T = 1 the goal is below every plain launch that read the weight
+(3.12 us at best); T = 8 runs unsplit FMA rows.
 
 red_fixup.py's header, unchanged (its figures are the parent's):
 
