@@ -93,6 +93,9 @@ class NightlySettings(runner.EvaluationSettings):
             problems.append(f"run must be a folder name ({RUN_NAME.pattern}); got {self.run!r}")
         if self.wait_s < 0:
             problems.append(f"wait_s must be >= 0; got {self.wait_s}")
+        if self.promote_fix:
+            problems.append(f"promote_fix is a human's call on one task's run (`harness run task=...`), not the "
+                            f"nightly's; got promote_fix={self.promote_fix!r}")  # fmt: skip
         if problems:
             raise runner.UsageError("invalid nightly settings: " + "; ".join(problems))
 

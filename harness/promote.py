@@ -19,6 +19,14 @@ model. And it must be faster than the candidate in force on at least one shape b
 on times within each other's noise is a tie, and a tie does not replace the kernel in force. A
 blocked challenger gives way to the next eligible one by score; when none is left, the promotion in
 force stays. A promoted candidate that fails parity in a later run is withdrawn.
+
+A fix of the kernel in force (a correctness or robustness change that is not meant to be faster) would
+never pass the faster-on-one-shape rule. A run may name one candidate as such a fix (`promote_fix=`, a
+human's call, recorded in the run's settings and the promotion's reason): if its CANDIDATE parent names
+the kernel in force, it may replace it at equal speed: eligible as any candidate, slower on no shape, the
+faster-on-one-shape rule waived for it alone. A named candidate whose parent is another kernel is judged
+by the usual rule (below the kernel in force by score, it is not considered), and the reason says why its
+claim was refused.
 """
 
 from __future__ import annotations
@@ -117,19 +125,28 @@ def same_run_comparisons(challenger: Sequence[EvaluationRecord], incumbent: Sequ
 
 
 def _why_not_replace(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord], incumbent_name: str,
-                     max_regression_pct: float) -> str | None:  # fmt: skip
+                     max_regression_pct: float, tie_allowed: bool = False) -> str | None:  # fmt: skip
     """Why `challenger` may not replace the kernel in force (same run; None: it may): a shape slower
-    beyond noise, or no shape faster beyond it."""
+    beyond noise, or no shape faster beyond it (unless `tie_allowed`: a declared fix)."""
     compared = same_run_comparisons(challenger, incumbent, max_regression_pct)
     if not compared:
         return f"no shape was timed for both it and the promoted {incumbent_name}"
     slower = [f"{shape}: {c.reason}" for shape, c in compared.items() if c.verdict == "regression"]
     if slower:
         return f"slower than the promoted {incumbent_name} on {'; '.join(slower)}"
-    if any(c.verdict == "faster" for c in compared.values()):
+    if tie_allowed or any(c.verdict == "faster" for c in compared.values()):
         return None
     best_shape, best = min(compared.items(), key=lambda item: item[1].change_pct)
     return f"not faster than the promoted {incumbent_name} on any shape (its best, {best_shape}: {best.reason})"
+
+
+def _not_a_fix_of(fix: Sequence[EvaluationRecord], current: PromotionRecord) -> str | None:
+    """Why a candidate named as a fix is not one of the kernel in force (None: it is): its CANDIDATE parent
+    must name it, by file stem or by a prefix (8+ hex digits) of its content hash."""
+    parent = ((fix[0].candidate_meta or {}).get("parent") or "").removesuffix(".py")
+    if parent == current.candidate or (len(parent) >= 8 and current.content_hash.startswith(parent)):
+        return None
+    return f"its CANDIDATE parent is {parent or None!r}, not the promoted {current.candidate}"
 
 
 def decide(
@@ -138,8 +155,10 @@ def decide(
     current: PromotionRecord | None,
     environment: dict[str, Any],
     max_regression_pct: float = Thresholds.min_pct,
+    fix: str | None = None,
 ) -> tuple[PromotionRecord | None, list[Assessment], str]:
-    """The promotion record this run's records call for (None: no change), the assessments, and why."""
+    """The promotion record this run's records call for (None: no change), the assessments, and why.
+    `fix`: the candidate the run names as a fix of the kernel in force (module docstring)."""
     candidates: dict[str, list[EvaluationRecord]] = {}
     for r in records:
         if r.kind == "candidate":
@@ -177,26 +196,42 @@ def decide(
     if not eligible:
         return None, assessments, "no candidate beats every baseline beyond noise on every shape"
     in_force = current.content_hash if current is not None and current.action == "promote" else None
+    # A named fix is judged even below the kernel in force by score (within its noise, it may be a hair slower).
+    fix_named = in_force is not None and any(a.candidate == fix for a in eligible)
     blocked: list[str] = []
+    stays: list[str] = []
+    as_fix = False
     for best in eligible:
         if best.content_hash == in_force:
             again = "best again" if not blocked else "the best of the others"
-            stays = f"{best.candidate} stays promoted ({again}, geomean speedup {best.score:.3f}x)"
-            return None, assessments, "; ".join([stays, *blocked])
+            stays = [f"{best.candidate} stays promoted ({again}, geomean speedup {best.score:.3f}x)"]
+            if not fix_named:
+                return None, assessments, "; ".join([*stays, *blocked])
+            continue
         if in_force is None:
             break
+        if stays and best.candidate != fix:
+            continue  # below the kernel in force: only the named fix may still replace it
+        as_fix = best.candidate == fix
+        if as_fix and (refused := _not_a_fix_of(candidates[best.content_hash], current)):
+            blocked.append(f"{best.candidate} is named as a fix (promote_fix) but is not one: {refused}")
+            as_fix = False
+            if stays:
+                continue  # below the kernel in force by score, and no fix of it: the usual rule keeps it
         why = _why_not_replace(candidates[best.content_hash], candidates[in_force], current.candidate,
-                               max_regression_pct)  # fmt: skip
+                               max_regression_pct, tie_allowed=as_fix)  # fmt: skip
         if why is None:
             break
         blocked.append(f"{best.candidate} (geomean {best.score:.3f}x) not promoted: {why}")
     else:
-        return None, assessments, "; ".join(blocked)
+        return None, assessments, "; ".join([*stays, *blocked])
+    fixed = [f"a fix of the promoted {current.candidate} (promote_fix): it may replace it at equal speed, "
+             "and is slower on no shape"] if as_fix else []  # fmt: skip
     record = PromotionRecord(
         task=records[0].task, action="promote", candidate=best.candidate, path=best.path,
         content_hash=best.content_hash, run_id=run_id, evidence=best.evidence,
         reason="; ".join([f"beats every baseline beyond noise on every shape; geomean of worst speedups "
-                          f"{best.score:.3f}x", *blocked]),
+                          f"{best.score:.3f}x", *fixed, *blocked]),
         speedups=best.speedups, environment=environment,
     )  # fmt: skip
     return record, assessments, record.reason

@@ -48,8 +48,8 @@ class ReviewSettings(runner.EvaluationSettings):
     task: str = ""  # the task of `candidates` that are not in candidate_kernels/<task>/
     out_dir: str | None = None  # default: <results_dir>/review/<UTC stamp>
     repo_dir: str | None = None  # the repository under review; default: this one
-    # Inherited `promote` is ignored: a review never writes a promotion. Inherited `max_regression_pct`
-    # is also the threshold of its regression verdicts against the promoted kernel.
+    # Inherited `promote` and `promote_fix` are ignored: a review never writes a promotion. Inherited
+    # `max_regression_pct` is also the threshold of its regression verdicts against the promoted kernel.
 
 
 # ---- verdicts: a pure function of the run's records ---------------------------------------------------
@@ -318,7 +318,7 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
     if bool(settings.base) == bool(settings.candidates):
         raise runner.UsageError("give either base=<revision> (and head=, default HEAD) or candidates=[<file>, ...]; "
                                 f"got base={settings.base!r}, candidates={list(settings.candidates)}")  # fmt: skip
-    evaluation = dataclasses.replace(settings, promote=False)
+    evaluation = dataclasses.replace(settings, promote=False, promote_fix="")
     tasks = []
     with tempfile.TemporaryDirectory(prefix="beam-review-") as scratch:
         tmp = Path(scratch)

@@ -119,6 +119,9 @@ class EvaluationSettings:
     # A challenger replaces the promoted kernel only if slower on no shape and faster on one, bands
     # apart and by more than this percentage of its p50 (harness/promote.py).
     max_regression_pct: float = Thresholds.min_pct
+    # A candidate of this run that fixes the promoted kernel (its CANDIDATE parent names it): it may replace
+    # it at equal speed, slower on no shape (harness/promote.py). Empty: none.
+    promote_fix: str = ""
     settle_s: float = 0.05  # wait after each call before re-reading outputs (async work check)
     results_dir: str | None = None  # default: <repo>/results
     cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, peers, flashinfer)
@@ -804,6 +807,9 @@ def evaluate(
 ) -> RunResult:
     """Evaluate `candidates` (validated, harness/candidates.py) for `task`; append the records."""
     started = time.monotonic()
+    names = [c.name for c in candidates]
+    if settings.promote_fix and settings.promote_fix not in names:
+        raise UsageError(f"promote_fix names {settings.promote_fix!r}, which is not a candidate of this run: {names}")
     with _Evaluation(task, candidates, settings, echo) as ev:  # leaving it removes the scratch root
         env = environment.capture().to_dict()
         timing_skipped = None
@@ -840,7 +846,8 @@ def evaluate(
     if settings.promote:
         current = promote.promoted(task.name, settings.results_path)
         all_shapes = [s.label for s in task.shapes]
-        promotion, assessments, reason = promote.decide(records, all_shapes, current, env, settings.max_regression_pct)
+        promotion, assessments, reason = promote.decide(records, all_shapes, current, env, settings.max_regression_pct,
+                                                        settings.promote_fix or None)  # fmt: skip
         if promotion is not None:
             append(results / PROMOTIONS_FILE, promotion)
     statuses = {}

@@ -373,6 +373,53 @@ def test_a_tie_with_the_promoted_kernel_does_not_replace_it():
     assert promote.decide(incumbent + close, SHAPES, current, ENV, max_regression_pct=2.0)[0].candidate == "close"
 
 
+def test_a_fix_of_the_promoted_kernel_named_by_the_run_replaces_it_at_equal_speed():
+    """promote_fix: a candidate whose CANDIDATE parent is the kernel in force may replace it within the noise;
+    a slower shape still blocks it, and a named candidate with another parent is held to the usual rule
+    (below the kernel in force by score, it is not considered)."""
+    current = _promotion("incumbent")
+    incumbent = [_rec("incumbent", s, 3.0, BASE) for s in SHAPES]
+
+    def meta(parent):
+        return {"author": "human", "model": None, "parent": parent, "idea": "the same kernel, one hazard fixed"}
+
+    fixed = [_rec("fixed", s, 3.02, BASE, candidate_meta=meta("incumbent")) for s in SHAPES]
+    record, _, reason = promote.decide(incumbent + fixed, SHAPES, current, ENV)  # a hair slower: a tie
+    assert record is None and reason == "incumbent stays promoted (best again, geomean speedup 1.667x)"
+    record, _, _ = promote.decide(incumbent + fixed, SHAPES, current, ENV, fix="fixed")
+    assert record is not None and record.candidate == "fixed"
+    assert "a fix of the promoted incumbent (promote_fix)" in record.reason
+    by_hash = [_rec("fixed", s, 3.02, BASE, candidate_meta=meta(current.content_hash[:12])) for s in SHAPES]
+    assert promote.decide(incumbent + by_hash, SHAPES, current, ENV, fix="fixed")[0].candidate == "fixed"
+    slower = [_rec("fixed", "T=1", 3.0, BASE, candidate_meta=meta("incumbent")),
+              _rec("fixed", "T=16384", 3.5, BASE, candidate_meta=meta("incumbent"))]  # fmt: skip
+    record, _, reason = promote.decide(incumbent + slower, SHAPES, current, ENV, fix="fixed")
+    assert record is None and "fixed (geomean" in reason and "slower than the promoted incumbent on T=16384" in reason
+    stranger = [_rec("stranger", s, 3.02, BASE, candidate_meta=meta("someone_else")) for s in SHAPES]
+    record, _, reason = promote.decide(incumbent + stranger, SHAPES, current, ENV, fix="stranger")
+    assert record is None and reason.startswith("incumbent stays promoted (best again")
+    assert ("stranger is named as a fix (promote_fix) but is not one: its CANDIDATE parent is 'someone_else', "
+            "not the promoted incumbent") in reason  # fmt: skip
+    above = [_rec("stranger", s, 2.95, BASE, candidate_meta=meta("someone_else")) for s in SHAPES]
+    record, _, reason = promote.decide(incumbent + above, SHAPES, current, ENV, fix="stranger")  # the usual rule
+    assert record is None and "stranger (geomean 1.695x) not promoted: not faster than the promoted" in reason
+
+
+def test_promote_fix_must_name_a_candidate_of_the_run_and_is_not_the_nightlys(tmp_path):
+    from harness import candidates, nightly, runner
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    found = [candidates.load(REPO_ROOT / "tests/fixtures/fuse_norm/correct.py", task.name, task.op_name)]
+    settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), promote_fix="corect")
+    with pytest.raises(runner.UsageError, match=r"promote_fix names 'corect', which is not a candidate of this run: "
+                                                r"\['correct'\]"):  # fmt: skip
+        runner.evaluate(task, found, settings, echo=lambda _: None)
+    assert not any(tmp_path.iterdir()), "nothing may run or be written on bad input"
+    with pytest.raises(runner.UsageError, match="promote_fix is a human's call on one task's run"):
+        nightly.NightlySettings(promote_fix="correct")
+
+
 def _router_run(run_id: str):
     from tasks import TASKS
 
