@@ -62,7 +62,9 @@ def _load_module(path):
 # ---- router_gemm: its interpreter launcher passes the config itself, which the runner cannot force -------
 @pytest.mark.parametrize(
     "candidate",
-    ["splitk_bf16x3", "row_vector", "swap_ab_bf16x3", "narrow_tiles", "vector_width", "red_fixup", "pdl_red_fixup"],
+    (
+        "splitk_bf16x3 row_vector swap_ab_bf16x3 narrow_tiles vector_width red_fixup pdl_red_fixup pdl_stream_words"
+    ).split(),
 )
 def test_router_gemm_computes_the_task_function_with_every_gpu_config(candidate, tmp_path):
     """The runner records its GPU configs as unchecked (its interpreter kernel is no autotuner); here
@@ -93,11 +95,12 @@ def test_router_gemm_computes_the_task_function_with_every_gpu_config(candidate,
     assert len(gpu_configs) > 1 and not failures, "\n".join(failures)
 
 
-def test_red_fixup_recovers_from_a_launch_that_stops_part_way(tmp_path, monkeypatch):
+@pytest.mark.parametrize("candidate", ["red_fixup", "pdl_stream_words"])
+def test_red_fixup_recovers_from_a_launch_that_stops_part_way(candidate, tmp_path, monkeypatch):
     """red_fixup's split-K words count arrivals across launches and are never reset. A launch that stops
     between one split's arrival and the generation it raises (here: the first arriver's raise fails)
     would leave every later launch waiting forever on that tile; the launcher zeroes the words instead,
-    and the next launch computes the task function."""
+    and the next launch computes the task function. pdl_stream_words lays its words out otherwise."""
     import numpy as np
     import torch
     from triton.runtime import interpreter
@@ -105,7 +108,7 @@ def test_red_fixup_recovers_from_a_launch_that_stops_part_way(tmp_path, monkeypa
     from harness import interpreter_patches, parity
 
     task = TASKS["router_gemm"]
-    module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / "red_fixup.py")
+    module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / f"{candidate}.py")
     interpreter_patches.apply()
     shape = next(s for s in task.cpu_shapes if s["T"] == 8)  # BF16x3 with a 2-way split under the interpreter
     inputs = task.make_inputs(shape, 1, torch.device("cpu"))
@@ -256,3 +259,40 @@ def test_flat_gemv_rounds_every_row_once_at_any_width(tmp_path):
     finally:
         module._gemv_kernel.configs = shipped
     assert len(gemv_configs) > 1 and not failures, "\n".join(failures)
+
+
+@pytest.mark.gpu
+def test_pdl_stream_words_computes_the_task_function_on_two_streams_at_once():
+    """Its split-K words are per stream: 40 calls queued on each of two streams behind a spin, so that the
+    two queues run at once, all with a 32-way split at T = 64, every output the task function. Its
+    parents keep one set of words per device, which two such queues would count their arrivals on."""
+    import torch
+
+    from harness import parity
+
+    task = TASKS["router_gemm"]
+    module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / "pdl_stream_words.py")
+    split = [c for c in module._router_kernel.configs if c.kwargs["USE_MMA"] and c.kwargs["SPLIT_K"] == 32
+             and c.kwargs["BLOCK_E"] == 16 and c.num_warps == 2]  # fmt: skip
+    module._router_kernel.configs = split[:1]
+    device = torch.device("cuda")
+    shape = task.shape("T=64", device)
+    inputs = [task.make_inputs(shape, seed, device) for seed in (1, 2)]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs: list[list[torch.Tensor]] = [[], []]
+    torch.cuda.synchronize()
+    for stream in streams:
+        with torch.cuda.stream(stream):
+            torch.cuda._sleep(50_000_000)  # ~25 ms: both queues fill before either runs
+    for _ in range(40):
+        for s, stream in enumerate(streams):
+            with torch.cuda.stream(stream):
+                outs[s].append(module.router_logits(**inputs[s]))
+    torch.cuda.synchronize()
+    assert len({key for key in module._TILE_WORDS if key[0].type == "cuda"}) == 2
+    for s in range(2):
+        refs = parity.admissible_references(task, inputs[s], emulate_truncation=False)
+        exact = parity.fp64_evaluation(task, inputs[s])
+        for got in outs[s]:
+            verdict = parity.judge(task, parity.output_tensors(task, got, inputs[s]), refs, exact)
+            assert verdict.passed, verdict.reason
