@@ -15,6 +15,13 @@ device, arrivals in bits 0-47 and the landed generation in bits 48-63. Two hazar
 Neither changes what a launch computes or how long it takes; it is promoted by name as a fix of the
 kernel in force (`harness run ... promote_fix=pdl_stream_words`, harness/promote.py), which needs it to be
 slower on no shape.
+Measured on the H200 (twenty-fourth session, `harness run task=router_gemm
+"candidates=[pdl_stream_words,pdl_red_fixup]" promote_fix=pdl_stream_words`, run 20261203T195658-f9a420,
+b9c5ea4), p50 us against pdl_red_fixup beside it: T=1 3.43 / 3.43, T=3 3.67 / 3.67, T=8 4.44 / 4.46,
+T=64 5.86 / 5.84, T=1000 31.53 / 31.48: within each other's noise everywhere, promoted as the fix. Then
+40 calls queued on each of two streams behind a spin, so that both ran at once, a 32-way split at T = 64:
+every output the task function (tests/test_candidates.py, GPU). Goals as pdl_red_fixup's: T = 64 met,
+T = 1 and 8 missed by 0.43 / 0.94 us.
 
 pdl_red_fixup.py's header, unchanged (its figures, and its words shared by the streams of a device, are the parent's):
 
