@@ -13,7 +13,13 @@ per call, which counts where a call is mostly launch and latency. Nothing trigge
 configs are the parent's; the Triton interpreter (no griddepcontrol) runs the parent's code. Programmatic
 dependent launch needs Hopper or later.
 
-Not yet measured on the GPU (twenty-fifth session: written for the harness's run beside the parent).
+Measured on the H200 (twenty-fifth session, `harness run task=moe_route
+"candidates=[pdl_either_selection,either_selection]"`, run 20261203T224314-bdb0c7, 1679003), p50 us against
+either_selection beside it: T=1 **3.10** / 3.30, T=3 3.15 / 3.37, T=8 3.17 / 3.40, T=64 **3.20** / 3.43, T=1000
+4.53 / 6.32, T=16384 **27.37** / 29.00 (flashinfer's fused DeepSeek routing, which fails the task's parity:
+4.71, 4.82, 4.81, 5.84, 8.47, 46.09; in-child torch.compile 34.60 at T=1, 596.18 at T=16384); expert ids
+identical to the reference's at every shape. Goals (4 / 5 / 40 us at T = 1 / 64 / 16384, one kernel) met
+by 0.90 / 1.80 / 12.63 us. Promoted; the GPU tests of the optimized model passed with it (9 of 9).
 
 either_selection.py's header, unchanged (its figures are the parent's):
 
