@@ -13,7 +13,10 @@ per call, which counts where a call is mostly launch and latency. Nothing trigge
 configs are the parent's; the Triton interpreter (no griddepcontrol) runs the parent's code. Programmatic
 dependent launch needs Hopper or later.
 
-Not yet measured on the GPU (twenty-fifth session: written for the harness's run beside the parent).
+In the twenty-fourth session's sweep (results/gpu_logs/2026-12-03-session24/pdl_sweep.py, the harness's timer,
+one process) the same change took head_groups at T = 1 from 1.83 to 1.59 us (sliding) and from 1.69 to 1.45
+(global), outputs bit-exact. Not yet run through the harness: its run (350-445 s) did not fit the
+twenty-fifth session's device time, spent on the dense_act and moe_route PDL files and the whole model.
 
 head_groups.py's header, unchanged (its figures are the parent's):
 
