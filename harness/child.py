@@ -58,7 +58,7 @@ import threading
 import time
 import traceback
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -403,31 +403,33 @@ def _autotuners(module: Any) -> dict[str, Any]:
 PDL_TRIGGER = "griddepcontrol.launch_dependents"
 
 
-def _compiled_kernels(module: Any) -> dict[str, list[Any]]:
-    """The Triton kernels this process compiled from the module's JIT functions, by function name: each
-    module global is unwrapped through autotuners and heuristics (`.fn`) to an object with Triton's
-    per-device kernel caches."""
-    found: dict[str, list[Any]] = {}
-    for value in vars(module).values():
+def compiled_kernels(module: Any) -> Iterator[tuple[str, Any, Any]]:
+    """(module global's name, its JIT function, one compiled kernel) for every Triton kernel this process
+    compiled from the module: each global is unwrapped through autotuners and heuristics (`.fn`) to an
+    object with Triton's per-device kernel caches (triton 3.6: JITFunction.device_caches[device][0]); a
+    pending asynchronous compile is awaited. Two globals wrapping one function yield its kernels twice."""
+    for attr, value in list(vars(module).items()):
         fn, depth = value, 0
         while fn is not None and not hasattr(fn, "device_caches") and depth < 8:
             fn, depth = getattr(fn, "fn", None), depth + 1
         caches = getattr(fn, "device_caches", None)
         if not isinstance(caches, dict):
             continue
-        kernels = found.setdefault(getattr(fn, "__name__", repr(fn)), [])
-        for per_device in caches.values():
-            for kernel in per_device[0].values():  # (kernel cache, key cache, target, backend, binder)
-                kernels.append(kernel.result() if hasattr(kernel, "result") else kernel)
-    return found
+        for per_device in list(caches.values()):
+            for kernel in list(per_device[0].values()):  # (kernel cache, key cache, target, backend, binder)
+                yield attr, fn, (kernel.result() if hasattr(kernel, "result") else kernel)
 
 
 def early_launch_triggers(module: Any) -> list[str]:
     """`early_launch_trigger` cheats: the module's compiled kernels whose PTX triggers the next launch."""
+    triggering = {
+        getattr(fn, "__name__", repr(fn))
+        for _, fn, kernel in compiled_kernels(module)
+        if PDL_TRIGGER in (getattr(kernel, "asm", None) or {}).get("ptx", "")
+    }
     return [
         f"early_launch_trigger: {name} ({PDL_TRIGGER}: back-to-back timed calls of it would overlap)"
-        for name, kernels in sorted(_compiled_kernels(module).items())
-        if any(PDL_TRIGGER in (getattr(k, "asm", None) or {}).get("ptx", "") for k in kernels)
+        for name in sorted(triggering)
     ]
 
 

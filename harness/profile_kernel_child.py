@@ -105,24 +105,17 @@ def injected_by_ncu(request: dict[str, Any]) -> frozenset[str]:
 
 
 def triton_kernels(module: Any) -> list[dict[str, Any]]:
-    """Registers and spills of the Triton kernels the module compiled, from each CompiledKernel (ptxas's
-    own counts). Reads Triton's JIT caches (triton 3.6: JITFunction.device_caches[device][0])."""
+    """Registers and spills of the Triton kernels the module compiled (child.compiled_kernels), from each
+    CompiledKernel (ptxas's own counts), under the module global that leads to it."""
     found = []
-    for attr, obj in vars(module).items():
-        fn, hops = obj, 0
-        while fn is not None and not hasattr(fn, "device_caches") and hops < 4:  # Autotuner/Heuristics wrap .fn
-            fn, hops = getattr(fn, "fn", None), hops + 1
-        if fn is None or not hasattr(fn, "device_caches"):
-            continue
-        for device_cache in list(fn.device_caches.values()):
-            for compiled in list(device_cache[0].values()):
-                md = compiled.metadata
-                found.append({
-                    "function": attr, "name": getattr(compiled, "name", None) or getattr(md, "name", attr),
-                    "n_regs": getattr(compiled, "n_regs", None), "n_spills": getattr(compiled, "n_spills", None),
-                    "num_warps": getattr(md, "num_warps", None), "num_stages": getattr(md, "num_stages", None),
-                    "shared_bytes": getattr(md, "shared", None),
-                })  # fmt: skip
+    for attr, _, compiled in child.compiled_kernels(module):
+        md = compiled.metadata
+        found.append({
+            "function": attr, "name": getattr(compiled, "name", None) or getattr(md, "name", attr),
+            "n_regs": getattr(compiled, "n_regs", None), "n_spills": getattr(compiled, "n_spills", None),
+            "num_warps": getattr(md, "num_warps", None), "num_stages": getattr(md, "num_stages", None),
+            "shared_bytes": getattr(md, "shared", None),
+        })  # fmt: skip
     return found
 
 

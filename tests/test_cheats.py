@@ -142,11 +142,12 @@ def test_the_launch_log_knows_only_what_a_returned_call_did_not_launch():
 
 def test_kernels_that_trigger_the_next_launch_are_named_from_their_compiled_code():
     """The benchmark child's early_launch_trigger check: every Triton kernel a module global leads to (through
-    autotuner-like `.fn` wrappers), each compiled variant's PTX; a pending compile is awaited. Here with
+    autotuner-like `.fn` wrappers; child.compiled_kernels, whose walk harness profile's register counts share),
+    each compiled variant's PTX; a pending compile is awaited. Here with
     stand-ins for Triton's objects: the GPU test in test_runner.py compiles real ones."""
     import types
 
-    from harness.child import PDL_TRIGGER, early_launch_triggers
+    from harness.child import PDL_TRIGGER, compiled_kernels, early_launch_triggers
 
     class Compiled:
         def __init__(self, ptx):
@@ -166,14 +167,22 @@ def test_kernels_that_trigger_the_next_launch_are_named_from_their_compiled_code
     waits = "griddepcontrol.wait;\nld.global.b32 ..."
     module = types.SimpleNamespace(
         _plain=jit("_plain", "ld.global.b32 ...", waits),
-        _tuned=types.SimpleNamespace(fn=types.SimpleNamespace(fn=jit("_tuned", waits, f"{PDL_TRIGGER};"))),
+        _tuned=types.SimpleNamespace(fn=types.SimpleNamespace(fn=jit("_tuned_fn", waits, f"{PDL_TRIGGER};"))),
         _later=jit("_later", f"{PDL_TRIGGER}; // dummy", pending=True),
         _never_compiled=jit("_never_compiled"),
         torch=types.SimpleNamespace(),
         BLOCK=128,
     )
+    walked = [(attr, fn.__name__, kernel.asm["ptx"]) for attr, fn, kernel in compiled_kernels(module)]
+    assert walked == [
+        ("_plain", "_plain", "ld.global.b32 ..."),
+        ("_plain", "_plain", waits),
+        ("_tuned", "_tuned_fn", waits),
+        ("_tuned", "_tuned_fn", f"{PDL_TRIGGER};"),
+        ("_later", "_later", f"{PDL_TRIGGER}; // dummy"),
+    ]
     found = early_launch_triggers(module)
-    assert [f.split(" ")[1] for f in found] == ["_later", "_tuned"], found
+    assert [f.split(" ")[1] for f in found] == ["_later", "_tuned_fn"], found
     assert all(f.startswith("early_launch_trigger: ") for f in found)
     assert early_launch_triggers(types.SimpleNamespace(_plain=module._plain)) == []
 
