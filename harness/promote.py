@@ -20,6 +20,14 @@ on times within each other's noise is a tie, and a tie does not replace the kern
 blocked challenger gives way to the next eligible one by score; when none is left, the promotion in
 force stays. A promoted candidate that fails parity in a later run is withdrawn.
 
+A kernel in force can itself miss a bar of eligibility in a later run (a baseline it no longer beats beyond
+noise on some shape: qk_norm_rope's, behind a torch.compile that fails parity, at one prefill shape). It stays
+promoted, and a challenger that misses only the bars it misses too (on each shape, no baseline it does not
+beat beyond noise that the kernel in force beats) may replace it by the same rule: slower on no shape, faster
+on one. Such a replacement leaves the optimized model faster and no further behind any baseline; the
+promotion's reason names the bars both miss. Any other shortfall (parity, timing, the roofline, a baseline
+the kernel in force beats) still rules a challenger out.
+
 A fix of the kernel in force (a correctness or robustness change that is not meant to be faster) would
 never pass the faster-on-one-shape rule. A run may name one candidate as such a fix (`promote_fix=`, a
 human's call, recorded in the run's settings and the promotion's reason): if its CANDIDATE parent names
@@ -63,6 +71,7 @@ class Assessment:
     reasons: list[str]  # why not eligible (empty when eligible)
     speedups: dict[str, dict[str, float]] = field(default_factory=dict)  # shape -> baseline -> p50 ratio
     score: float | None = None  # geomean over shapes of the smallest speedup
+    short_of: dict[str, list[str]] = field(default_factory=dict)  # shape -> baselines not beaten beyond noise
     evidence: list[str] = field(default_factory=list)
 
 
@@ -73,6 +82,7 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
     reasons: list[str] = []
     speedups: dict[str, dict[str, float]] = {}
     worst: list[float] = []
+    short_of: dict[str, list[str]] = {}
     for label in shapes:
         r = by_shape.get(label)
         if r is None:
@@ -97,6 +107,7 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
         for baseline, t in sorted(r.baselines_us.items()):
             speedups[label][baseline] = t["p50_us"] / r.timing.p50_us
             if not r.timing.p80_us < t["p20_us"]:
+                short_of.setdefault(label, []).append(baseline)
                 reasons.append(
                     f"{label}: not beyond noise against {baseline} (candidate p80 {r.timing.p80_us:.2f} us, "
                     f"{baseline} p20 {t['p20_us']:.2f} us)"
@@ -113,7 +124,15 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
         speedups=speedups,
         score=score,
         evidence=[r.record_id for r in candidate_records],
+        short_of=short_of,
     )
+
+
+def _misses_only_what_it_misses(challenger: Assessment, incumbent: Assessment) -> bool:
+    """Whether every reason the challenger is not eligible is a baseline it does not beat beyond noise on a
+    shape where the kernel in force (`incumbent`, same run) does not beat that baseline beyond noise either."""
+    noise_only = sum(map(len, challenger.short_of.values())) == len(challenger.reasons)
+    return noise_only and all(set(b) <= set(incumbent.short_of.get(s, ())) for s, b in challenger.short_of.items())
 
 
 def same_run_comparisons(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord],
@@ -192,10 +211,15 @@ def decide(
                 "evaluate it beside the others to change the promotion"
             ),
         )
-    eligible = sorted((a for a in assessments if a.eligible), key=lambda a: a.score or 0.0, reverse=True)
+    in_force = current.content_hash if current is not None and current.action == "promote" else None
+    incumbent = next((a for a in assessments if a.content_hash == in_force), None)
+    # Challengers held to the bars the kernel in force clears, where it misses some (module docstring).
+    on_par = [] if incumbent is None or incumbent.eligible else [
+        a for a in assessments if a is not incumbent and not a.eligible and _misses_only_what_it_misses(a, incumbent)
+    ]  # fmt: skip
+    eligible = sorted((a for a in assessments if a.eligible or a in on_par), key=lambda a: a.score or 0.0, reverse=True)
     if not eligible:
         return None, assessments, "no candidate beats every baseline beyond noise on every shape"
-    in_force = current.content_hash if current is not None and current.action == "promote" else None
     # A named fix is judged even below the kernel in force by score (within its noise, it may be a hair slower).
     fix_named = in_force is not None and any(a.candidate == fix for a in eligible)
     blocked: list[str] = []
@@ -224,14 +248,20 @@ def decide(
             break
         blocked.append(f"{best.candidate} (geomean {best.score:.3f}x) not promoted: {why}")
     else:
+        if not stays and incumbent is not None:  # the kernel in force misses a bar, and no challenger replaced it
+            stays = [f"{current.candidate} stays promoted (it is itself not eligible in this run)"]
         return None, assessments, "; ".join([*stays, *blocked])
     fixed = [f"a fix of the promoted {current.candidate} (promote_fix): it may replace it at equal speed, "
              "and is slower on no shape"] if as_fix else []  # fmt: skip
+    bars = "beats every baseline beyond noise on every shape"
+    if best in on_par:
+        shared = "; ".join(f"{shape}: {', '.join(b)}" for shape, b in best.short_of.items())
+        bars += (f" but where the promoted {current.candidate} does not either ({shared}), and replaces it: "
+                 "faster on a shape, slower on none")  # fmt: skip
     record = PromotionRecord(
         task=records[0].task, action="promote", candidate=best.candidate, path=best.path,
         content_hash=best.content_hash, run_id=run_id, evidence=best.evidence,
-        reason="; ".join([f"beats every baseline beyond noise on every shape; geomean of worst speedups "
-                          f"{best.score:.3f}x", *fixed, *blocked]),
+        reason="; ".join([f"{bars}; geomean of worst speedups {best.score:.3f}x", *fixed, *blocked]),
         speedups=best.speedups, environment=environment,
     )  # fmt: skip
     return record, assessments, record.reason

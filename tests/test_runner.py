@@ -373,6 +373,62 @@ def test_a_tie_with_the_promoted_kernel_does_not_replace_it():
     assert promote.decide(incumbent + close, SHAPES, current, ENV, max_regression_pct=2.0)[0].candidate == "close"
 
 
+def test_a_kernel_in_force_that_misses_a_bar_gives_way_to_a_faster_one_that_misses_only_that_bar():
+    """qk_norm_rope: the kernel in force and its challenger both behind torch.compile on one shape (there the
+    compile fails parity, but stays a bar); the challenger faster on another shape, slower on none."""
+    current = _promotion("incumbent")
+    behind = {**BASE, "flashinfer_rmsnorm_x2": 7.0}  # T=16384: only torch.compile (6.0) ahead of both
+    incumbent = [_rec("incumbent", "T=1", 3.0, BASE), _rec("incumbent", "T=16384", 6.3, behind)]
+    challenger = [_rec("challenger", "T=1", 2.5, BASE), _rec("challenger", "T=16384", 6.25, behind)]
+    record, assessments, reason = promote.decide(incumbent + challenger, SHAPES, current, ENV)
+    assert not any(a.eligible for a in assessments)
+    assert [a.short_of for a in assessments] == [{"T=16384": ["torch_compile"]}] * 2
+    assert record is not None and record.candidate == "challenger"
+    assert record.reason.startswith("beats every baseline beyond noise on every shape but where the promoted "
+                                    "incumbent does not either (T=16384: torch_compile), and replaces it")  # fmt: skip
+    # no kernel in force, or one that clears every bar: the usual rule, and the challenger is not eligible
+    assert promote.decide(challenger, SHAPES, None, ENV)[0] is None
+    clears = [_rec("incumbent", "T=1", 3.0, BASE), _rec("incumbent", "T=16384", 5.0, behind)]
+    record, _, reason = promote.decide(clears + challenger, SHAPES, current, ENV)
+    assert record is None and reason.startswith("incumbent stays promoted (best again")
+    # a bar the kernel in force clears: the challenger is behind flashinfer too, timed at 6.3 beside it
+    also_behind = _rec("challenger", "T=16384", 6.25, {**behind, "flashinfer_rmsnorm_x2": 6.3})
+    record, _, reason = promote.decide(incumbent + challenger[:1] + [also_behind], SHAPES, current, ENV)
+    assert record is None and reason == "no candidate beats every baseline beyond noise on every shape"
+    # any other shortfall rules it out: parity on one shape
+    wrong = _rec("challenger", "T=16384", 6.25, behind, status=Status.MISMATCH, detail="q: 3 elements", timing=None,
+                 baselines_us={}, speedups={})  # fmt: skip
+    assert promote.decide(incumbent + challenger[:1] + [wrong], SHAPES, current, ENV)[0] is None
+    # and the rest of the rule holds: slower than the kernel in force on a shape, or faster on none
+    slower = _rec("challenger", "T=16384", 7.0, {**behind, "flashinfer_rmsnorm_x2": 8.0})
+    record, _, reason = promote.decide(incumbent + challenger[:1] + [slower], SHAPES, current, ENV)
+    assert record is None and reason.startswith("incumbent stays promoted (it is itself not eligible in this run)")
+    assert "challenger (geomean" in reason and "slower than the promoted incumbent on T=16384" in reason
+    tie = [_rec("challenger", "T=1", 2.97, BASE), challenger[1]]
+    record, _, reason = promote.decide(incumbent + tie, SHAPES, current, ENV)
+    assert record is None and "not faster than the promoted incumbent on any shape" in reason
+
+
+def test_the_twenty_sixth_session_qk_norm_rope_run_replayed():
+    """Committed H200 records of run 20261204T041340-c79e43: pdl_head_groups faster than the promoted
+    head_groups on every shape; at global T=16384 both behind the in-child torch.compile (144.66 and 146.42
+    against 142.52 us), which fails parity there. The rule that required beating it refused the promotion."""
+    from tasks import TASKS
+
+    results = REPO_ROOT / "results" / "qk_norm_rope"
+    records = [r for r in read(results / RECORDS_FILE, EvaluationRecord)[0] if r.run_id == "20261204T041340-c79e43"]
+    shapes = [s.label for s in TASKS["qk_norm_rope"].shapes]
+    current = next(p for p in reversed(promote.history("qk_norm_rope", REPO_ROOT / "results"))
+                   if p.candidate == "head_groups")  # fmt: skip
+    record, assessments, _ = promote.decide(records, shapes, current, records[0].environment)
+    by_name = {a.candidate: a for a in assessments}
+    assert (
+        by_name["head_groups"].short_of == by_name["pdl_head_groups"].short_of == {"global T=16384": ["torch_compile"]}
+    )
+    assert record is not None and record.candidate == "pdl_head_groups"
+    assert "(global T=16384: torch_compile)" in record.reason
+
+
 def test_a_fix_of_the_promoted_kernel_named_by_the_run_replaces_it_at_equal_speed():
     """promote_fix: a candidate whose CANDIDATE parent is the kernel in force may replace it within the noise;
     a slower shape still blocks it, and a named candidate with another parent is held to the usual rule
