@@ -81,6 +81,7 @@ so that clock and thermal drift hit them alike and their ratio means something.
 from __future__ import annotations
 
 import contextlib
+import gc
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -475,24 +476,45 @@ def same_bytes_copy(nbytes: int, n_sets: int) -> tuple[Callable[..., Any], list[
     return copy, sets
 
 
+def _release_cached_memory() -> None:
+    """Free what only reference cycles still hold, then return the allocator's cached blocks to the driver."""
+    gc.collect()
+    torch.cuda.empty_cache()
+
+
+def _input_sets(task: Any, shape: Any, seed_base: int, settings: BenchSettings) -> list[dict]:
+    """The shape's seeded input sets on the GPU, as many as rotation_count asks for."""
+    device = torch.device("cuda")
+    first = task.make_inputs(shape, seed_base, device)
+    set_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
+    n_sets = rotation_count(set_bytes, torch.cuda.get_device_properties(device).L2_cache_size, settings)
+    return [first] + [task.make_inputs(shape, seed_base + i, device) for i in range(1, n_sets)]
+
+
 def time_shape(
     task: Any, shape: Any, impls: dict[str, Callable[..., Any]], settings: BenchSettings, seed_base: int,
     flush: torch.Tensor | None,
 ) -> dict[str, Timing | str]:  # fmt: skip
     """Time every implementation on one shape, interleaved, on rotating seeded inputs; at decode sizes,
-    also a copy of the shape's bytes (SAME_BYTES_COPY, module docstring)."""
-    device = torch.device("cuda")
-    first = task.make_inputs(shape, seed_base, device)
-    set_bytes = sum(v.numel() * v.element_size() for v in first.values() if isinstance(v, torch.Tensor))
-    l2_bytes = torch.cuda.get_device_properties(device).L2_cache_size
-    n_sets = rotation_count(set_bytes, l2_bytes, settings)
-    input_sets = [first] + [task.make_inputs(shape, seed_base + i, device) for i in range(1, n_sets)]
+    also a copy of the shape's bytes (SAME_BYTES_COPY, module docstring). Inputs that do not fit in GPU
+    memory fail the shape for every implementation (each result says so), not the process: the next
+    shape still runs."""
+    _release_cached_memory()  # what earlier shapes left: GBs where a task's inputs are large (moe_experts)
+    try:
+        input_sets = _input_sets(task, shape, seed_base, settings)
+    except torch.cuda.OutOfMemoryError as e:
+        failure = f"the shape's inputs did not fit in GPU memory: {error_line(e, 600)}"
+    else:
+        failure = None
+    if failure is not None:  # outside the handler: the traceback no longer holds what was drawn
+        _release_cached_memory()
+        return dict.fromkeys(impls, failure)
     decode = shape.params.get("T", math.inf) <= settings.decode_max_tokens
     runs = [(name, fn, input_sets) for name, fn in impls.items()]
     failed: dict[str, str] = {}
     if decode:
         try:
-            runs.append((SAME_BYTES_COPY, *same_bytes_copy(task.cost(shape).bytes, n_sets)))
+            runs.append((SAME_BYTES_COPY, *same_bytes_copy(task.cost(shape).bytes, len(input_sets))))
         except torch.cuda.OutOfMemoryError as e:  # the implementations are still timed
             failed[SAME_BYTES_COPY] = error_line(e)
     timers = []

@@ -388,7 +388,6 @@ def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | 
         report.emit("timing", shape=shape_label, results={
             name: r if isinstance(r, str) else r.__dict__ for name, r in results.items()
         })  # fmt: skip
-        torch.cuda.empty_cache()
 
 
 def _autotuners(module: Any) -> dict[str, Any]:

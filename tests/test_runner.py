@@ -976,6 +976,38 @@ def test_gpu_event_windows_time_the_gpu_not_a_slow_launch():
     assert bench.measure_copy_gbps(settings) > 3000
 
 
+def test_a_shape_whose_inputs_do_not_fit_fails_for_every_implementation_and_frees_what_was_drawn(monkeypatch):
+    """moe_experts on the H200 (twenty-sixth session): the trusted child ran out of GPU memory drawing a shape's
+    expert weights, and the whole run died with it. Now that shape fails for each implementation, with the
+    allocator's message, and whatever was drawn is released before the next shape."""
+    import types
+    import weakref
+
+    import torch
+
+    drawn = []
+
+    class Task:
+        def make_inputs(self, shape, seed, device):
+            if seed > shape.params["fits"]:
+                raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.50 GiB.")
+            x = torch.ones(1024)
+            drawn.append(weakref.ref(x))
+            return {"x": x}
+
+    monkeypatch.setattr(
+        torch.cuda, "get_device_properties", lambda device: types.SimpleNamespace(L2_cache_size=1 << 20)
+    )
+    impls = {"reference": lambda x: x, "candidate": lambda x: x}
+    settings = bench.BenchSettings()
+    for fits in (0, 2):  # the first set, or the fourth of the rotation, does not fit
+        shape = types.SimpleNamespace(params={"T": 1, "fits": fits})
+        results = bench.time_shape(Task(), shape, impls, settings, 1, None)
+        assert results == dict.fromkeys(impls, "the shape's inputs did not fit in GPU memory: OutOfMemoryError: "
+                                                "CUDA out of memory. Tried to allocate 12.50 GiB.")  # fmt: skip
+    assert len(drawn) == 2 and all(ref() is None for ref in drawn)
+
+
 @pytest.mark.gpu
 def test_gpu_decode_shapes_time_a_copy_of_their_bytes_beside_the_implementations():
     import torch
