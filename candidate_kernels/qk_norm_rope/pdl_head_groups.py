@@ -15,8 +15,22 @@ dependent launch needs Hopper or later.
 
 In the twenty-fourth session's sweep (results/gpu_logs/2026-12-03-session24/pdl_sweep.py, the harness's timer,
 one process) the same change took head_groups at T = 1 from 1.83 to 1.59 us (sliding) and from 1.69 to 1.45
-(global), outputs bit-exact. Not yet run through the harness: its run (350-445 s) did not fit the
-twenty-fifth session's device time, spent on the dense_act and moe_route PDL files and the whole model.
+(global), outputs bit-exact.
+Measured on the H200 (twenty-sixth session, cef5cda, `harness run task=qk_norm_rope
+"candidates=[pdl_head_groups,head_groups]" bench.max_seconds=3`, run 20261204T043043-31b92b), p50 us against
+head_groups beside it, bit-exact wherever head_groups is (0 ulp; 1 ulp on 2-13 elements at T = 64 and global
+T = 1000, as the parent):
+  sliding  T=1 **1.45** / 1.69, T=3 1.53 / 1.89, T=8 1.74 / 1.99, T=64 2.46 / 2.67, T=1000 10.90 / 11.12,
+           T=16384 167.68 / 169.23
+  global   T=1 **1.27** / 1.54, T=3 1.34 / 1.69, T=8 1.72 / 1.93, T=64 2.18 / 2.44, T=1000 9.43 / 11.17,
+           T=16384 146.18 / 146.37
+  in-child torch.compile (which fails parity: 1 ulp on up to 27% of q) 8.42 / 3.72 us at T = 1 and 450.11 /
+  144.26 at T = 16384. An earlier run of the same files (20261204T041340-c79e43) read the same within 0.1 us
+  at T <= 64, and T=16384 167.54 / 169.27 (sliding), 144.66 / 146.42 (global).
+Promoted over head_groups in that run: faster on every shape (beyond noise and 5% on nine), slower on none.
+Neither beats the compile at global T=16384, the one bar both miss; since cef5cda a kernel in force that
+misses a bar gives way to such a challenger (harness/promote.py). Goals as head_groups': T=1 met (<= 2.8 us);
+T=16384 missed by 27.7 us (sliding; token_ring's 152.92 is this task's best there) and 11.2 us (global).
 
 head_groups.py's header, unchanged (its figures are the parent's):
 
