@@ -89,7 +89,7 @@ def model_weight(kind: str, shape: tuple[int, ...], gen: torch.Generator, dtype:
         raise ValueError(f"weight kind {kind!r} unknown; known: {sorted(INIT_RULES)}")
     rule = INIT_RULES[kind]
     std = rule.std if rule.std is not None else shape[-1] ** -0.5
-    # In place: one FP32 temporary, not three (moe_experts draws all of a preset's experts: 12.5 GiB each).
+    # In place: one FP32 buffer at a time, not two (moe_experts draws all of a preset's experts: 12.5 GiB each).
     return torch.randn(shape, generator=gen, device=gen.device, dtype=FP32).mul_(std).add_(rule.mean).to(dtype)
 
 
