@@ -14,13 +14,17 @@ missing or broken fails alone, with a message, and `harness --help` still lists 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import inspect
 import re
+import signal
 import sys
+import threading
 import types
 import typing
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -244,7 +248,30 @@ def _line_buffered() -> None:
             stream.reconfigure(line_buffering=True)
 
 
+@contextlib.contextmanager
+def _stopped_by_signals() -> Iterator[None]:
+    """SIGTERM (a CI runner's time limit, `timeout`) and SIGINT (Ctrl-C) stop the command with every child
+    it started (harness/sandbox.py stop_on_signal), then the previous handlers come back. Signal handlers
+    belong to the main thread: elsewhere (a test calling main() from a thread) nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    from harness import sandbox
+
+    previous = {sig: signal.signal(sig, sandbox.stop_on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
+    with _stopped_by_signals():
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     _line_buffered()
     if not argv or argv[0] in ("-h", "--help", "help"):

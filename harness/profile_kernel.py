@@ -186,15 +186,15 @@ def _run_child(job: KernelJob, metrics: list[str], root: Path,
     cmd = [sys.executable, "-P", "-s", "-B", "-m", CHILD_MODULE, str(child_job.request_path)]
     start = time.monotonic()
     with open(child_job.log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=child_job.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
-                                stderr=subprocess.STDOUT, start_new_session=True)  # fmt: skip
+        proc = sandbox.start_session(cmd, cwd=child_job.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                     stderr=subprocess.STDOUT)  # fmt: skip
         timed_out = False
         try:
             proc.wait(timeout=s.timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            sandbox._kill_group(proc)  # the child, ncu, the re-run and any compiler they started
+            sandbox.end_session(proc)  # the child, ncu, the re-run and any compiler they started
     events, malformed = [], 0
     for line in child_job.report_path.read_text(errors="replace").splitlines():
         try:

@@ -312,16 +312,15 @@ def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, 
     cmd = [sys.executable, "-P", "-s", "-B", "-m", module, str(job.request_path)]
     start = time.monotonic()
     with open(job.log_path, "wb") as log:
-        proc = subprocess.Popen(cmd, cwd=job.scratch, env=child_env(job, device, threads, cuda_devices, interpret),
-                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        proc = start_session(cmd, cwd=job.scratch, env=child_env(job, device, threads, cuda_devices, interpret),
+                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             timed_out = True
         finally:
-            _kill_group(proc)
+            end_session(proc)
     wall = time.monotonic() - start
     events, malformed = [], 0
     for line in job.report_path.read_text(errors="replace").splitlines():
@@ -337,13 +336,53 @@ def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, 
                     malformed)  # fmt: skip
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """Kill the child's whole session (it may have started compilers) and reap the child."""
+# ---- the sessions this process started: killed with it ----------------------------------------------------
+class Stopping(BaseException):
+    """Raised where a new child would start after the harness was told to stop (a BaseException, as
+    SystemExit: no `except Exception` that records a candidate's failure takes it for one)."""
+
+
+_live_sessions: set[subprocess.Popen] = set()  # started by start_session, not yet ended
+_stopping = threading.Event()
+
+
+def start_session(cmd: list[str], **popen_kwargs: Any) -> subprocess.Popen:
+    """`cmd` in a session of its own (it may start compilers, ncu, ...), known to `stop_on_signal` until
+    `end_session`. Refused once the harness is stopping."""
+    if _stopping.is_set():
+        raise Stopping(f"the harness is stopping: {cmd[0]} was not started")
+    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
+    _live_sessions.add(proc)
+    if _stopping.is_set():  # the signal came while it started
+        signal_session(proc, signal.SIGKILL)
+    return proc
+
+
+def signal_session(proc: subprocess.Popen, sig: int) -> None:
+    """`sig` to every process of `proc`'s session (gone already, or no longer ours: nothing to do)."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def end_session(proc: subprocess.Popen) -> None:
+    """Kill whatever is left of `proc`'s session, reap `proc`, forget it."""
+    signal_session(proc, signal.SIGKILL)
     proc.wait()
+    _live_sessions.discard(proc)
+
+
+def stop_on_signal(signum: int, frame: Any) -> None:
+    """The harness commands' SIGTERM and SIGINT handler (harness/cli.py): kill every child session now,
+    refuse new ones, and exit 128 + signum. A worker thread waiting on a child (parity children run side
+    by side) would otherwise let it run to its own limit, on the GPU the next job uses, after a CI runner's
+    time limit or a Ctrl-C had ended the command. A signal in the instant between a child's start and its
+    registration leaves that one child to its own limit."""
+    _stopping.set()
+    for proc in list(_live_sessions):
+        signal_session(proc, signal.SIGKILL)
+    raise SystemExit(128 + signum)
 
 
 def persist_triton_cache(job: Job, dest: Path, autotuning: bool) -> None:

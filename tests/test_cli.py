@@ -5,8 +5,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from hydra import compose, initialize_config_dir
@@ -152,6 +155,70 @@ def test_run_end_to_end_with_a_real_triton_candidate(tmp_path):
     run_id = json.loads((results / "fuse_norm" / "runs.jsonl").read_text())["run_id"]
     assert run_id in history.stdout and "Promoted: none" in history.stdout
     assert "row_per_program" in history.stdout and "tiny T=5" in history.stdout
+
+
+def _children(pid: int, module: str) -> list[int]:
+    """Processes whose parent is `pid` and whose command line runs `module`."""
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            stat_fields = open(f"/proc/{entry}/stat").read().rsplit(")", 1)[1].split()
+            cmdline = open(f"/proc/{entry}/cmdline", "rb").read().split(b"\0")
+        except (OSError, ValueError, IndexError):
+            continue
+        if entry.isdigit() and int(stat_fields[1]) == pid and module.encode() in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie waiting to be reaped does not)."""
+    try:
+        return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_run_takes_its_children_with_it(tmp_path, sig):
+    """A CI runner's time limit (SIGTERM) or a Ctrl-C (SIGINT) while a candidate hangs in its parity child:
+    the command exits 128 + the signal at once, and no child is left running. Children run in sessions of
+    their own, out of reach of a signal to the command's group: before, this one ran on to its 600 s limit."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    cmd = [sys.executable, "-m", "harness", "run", "task=fuse_norm", f"candidates=[{FIXTURES / 'fuse_norm/hangs.py'}]",
+           "shapes=['tiny T=1']", "seeds=[1]", f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}",
+           "progress=false"]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while not (children := _children(proc.pid, "harness.child")) and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[0]
+            time.sleep(0.2)
+        assert children, "no parity child started"
+        time.sleep(1.0)  # the child is into the candidate's endless call
+        proc.send_signal(sig)
+        out, _ = proc.communicate(timeout=60)  # not the parity child's 600 s limit
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 128 + sig, out
+    deadline = time.monotonic() + 10
+    while any(map(_running, children)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(map(_running, children)), f"children left running: {children}"
+    assert not (tmp_path / "results" / "fuse_norm" / "records.jsonl").exists()  # a stopped run records nothing
+
+
+def test_a_stopping_harness_starts_no_child(monkeypatch):
+    from harness import sandbox
+
+    monkeypatch.setattr(sandbox, "_stopping", threading.Event())
+    with pytest.raises(SystemExit) as stopped:
+        sandbox.stop_on_signal(signal.SIGTERM, None)
+    assert stopped.value.code == 128 + signal.SIGTERM
+    with pytest.raises(sandbox.Stopping, match="the harness is stopping: true was not started"):
+        sandbox.start_session(["true"])
+    assert not sandbox._live_sessions
 
 
 def test_output_reaches_a_pipe_line_by_line_even_when_the_process_is_killed():

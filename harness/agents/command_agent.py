@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from harness import sandbox
 from harness.agents import prompt as prompt_module
 from harness.agents import submissions
 from harness.agents.loop import Session
@@ -142,8 +143,7 @@ def run_command(argv: list[str], workdir: Path, env: dict[str, str], limit_s: fl
     returncode, timed_out, error = None, False, None
     with open(out_path, "wb") as out, open(err_path, "wb") as err:
         try:
-            proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                    start_new_session=True)  # fmt: skip
+            proc = sandbox.start_session(argv, cwd=workdir, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=err)
         except OSError as e:
             error = f"could not start {argv[0]!r}: {e}"
         else:
@@ -151,24 +151,17 @@ def run_command(argv: list[str], workdir: Path, env: dict[str, str], limit_s: fl
                 returncode = proc.wait(timeout=limit_s)
             except subprocess.TimeoutExpired:
                 timed_out = True
-                _signal_group(proc, signal.SIGTERM)
+                sandbox.signal_session(proc, signal.SIGTERM)
                 try:
                     proc.wait(timeout=KILL_GRACE_S)
                 except subprocess.TimeoutExpired:
                     pass
-            _signal_group(proc, signal.SIGKILL)  # whatever it left running in its session
-            proc.wait()
+            finally:
+                sandbox.end_session(proc)  # whatever it left running in its session
     tail = lambda p: p.read_text(errors="replace")[-OUTPUT_TAIL_CHARS:]
     return {"argv": argv, "returncode": returncode, "timed_out": timed_out, "error": error,
             "wall_s": round(time.monotonic() - started, 3), "stdout_tail": tail(out_path),
             "stderr_tail": tail(err_path)}  # fmt: skip
-
-
-def _signal_group(proc: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(proc.pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _history_entry(round_: int, verdict: dict[str, Any]) -> str:
