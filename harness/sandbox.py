@@ -377,8 +377,8 @@ def stop_on_signal(signum: int, frame: Any) -> None:
     """The harness commands' SIGTERM and SIGINT handler (harness/cli.py): kill every child session now,
     refuse new ones, and exit 128 + signum. A worker thread waiting on a child (parity children run side
     by side) would otherwise let it run to its own limit, on the GPU the next job uses, after a CI runner's
-    time limit or a Ctrl-C had ended the command. A signal in the instant between a child's start and its
-    registration leaves that one child to its own limit."""
+    time limit or a Ctrl-C had ended the command. A signal that the main thread takes in the instant between
+    starting a child itself and registering it leaves that one child running."""
     _stopping.set()
     for proc in list(_live_sessions):
         signal_session(proc, signal.SIGKILL)
