@@ -28,7 +28,7 @@ T = 1000, as the parent):
   144.26 at T = 16384. An earlier run of the same files (20261204T041340-c79e43) read the same within 0.1 us
   at T <= 64, and T=16384 167.54 / 169.27 (sliding), 144.66 / 146.42 (global).
 Promoted over head_groups in that run: faster on every shape (beyond noise and 5% on nine), slower on none.
-Neither beats the compile at global T=16384, the one bar both miss; since cef5cda a kernel in force that
+Neither beats the compile at global T=16384, the one bar both miss; since 0507191 a kernel in force that
 misses a bar gives way to such a challenger (harness/promote.py). Goals as head_groups': T=1 met (<= 2.8 us);
 T=16384 missed by 27.7 us (sliding; token_ring's 152.92 is this task's best there) and 11.2 us (global).
 
