@@ -217,7 +217,9 @@ def decide(
     on_par = [] if incumbent is None or incumbent.eligible else [
         a for a in assessments if a is not incumbent and not a.eligible and _misses_only_what_it_misses(a, incumbent)
     ]  # fmt: skip
-    eligible = sorted((a for a in assessments if a.eligible or a in on_par), key=lambda a: a.score or 0.0, reverse=True)
+    on_par_hashes = {a.content_hash for a in on_par}
+    eligible = sorted((a for a in assessments if a.eligible or a.content_hash in on_par_hashes),
+                      key=lambda a: a.score or 0.0, reverse=True)  # fmt: skip
     if not eligible:
         return None, assessments, "no candidate beats every baseline beyond noise on every shape"
     # A named fix is judged even below the kernel in force by score (within its noise, it may be a hair slower).
@@ -254,7 +256,7 @@ def decide(
     fixed = [f"a fix of the promoted {current.candidate} (promote_fix): it may replace it at equal speed, "
              "and is slower on no shape"] if as_fix else []  # fmt: skip
     bars = "beats every baseline beyond noise on every shape"
-    if best in on_par:
+    if best.content_hash in on_par_hashes:
         shared = "; ".join(f"{shape}: {', '.join(b)}" for shape, b in best.short_of.items())
         bars += (f" but where the promoted {current.candidate} does not either ({shared}), and replaces it: "
                  "faster on a shape, slower on none")  # fmt: skip
