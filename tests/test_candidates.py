@@ -173,21 +173,24 @@ def _qk_inputs(T, H, K, Dh, sliding, gen, q_offset=0, packed_kv=False, discard_e
     }
 
 
-def test_token_ring_matches_head_groups_where_tma_cannot_read(tmp_path):
+@pytest.mark.parametrize(("candidate", "kernel"), [("token_ring", "_qk_norm_rope_ring_kernel"),
+                                                   ("pdl_token_ring", "_qk_norm_rope_kernel")])  # fmt: skip
+def test_token_ring_matches_head_groups_where_tma_cannot_read(candidate, kernel, tmp_path):
     """token_ring's ring reads TMA tiles; inputs TMA cannot read (Dh/2 not a power of two, a misaligned
     base) take its plain loads. With every GPU config forced, both paths, odd head counts (groups of 2
-    and 1 heads), strided k/v views and discarded tokens give head_groups' outputs and caches bit for bit."""
+    and 1 heads), strided k/v views and discarded tokens give head_groups' outputs and caches bit for bit
+    (pdl_token_ring: its rings and its grid configs alike)."""
     import torch
 
     from harness import interpreter_patches
 
     task = TASKS["qk_norm_rope"]
     folder = REPO_ROOT / "candidate_kernels" / "qk_norm_rope"
-    gpu_configs = _gpu_configs(task, folder / "token_ring.py", tmp_path)
-    modules = {name: _load_module(folder / f"{name}.py") for name in ("token_ring", "head_groups")}
+    gpu_configs = _gpu_configs(task, folder / f"{candidate}.py", tmp_path)
+    modules = {name: _load_module(folder / f"{name}.py") for name in (candidate, "head_groups")}
     interpreter_patches.apply()
-    ring = modules["token_ring"]
-    autotuned = ring._qk_norm_rope_ring_kernel
+    ring = modules[candidate]
+    autotuned = getattr(ring, kernel)
 
     class Forced:  # the launcher's kernel[grid](...) with one config's constexprs, as the autotuner would
         kwargs: dict = {}
@@ -206,7 +209,7 @@ def test_token_ring_matches_head_groups_where_tma_cannot_read(tmp_path):
         "global, discards (TMA)": dict(T=5, H=8, K=2, Dh=32, sliding=False, discard_every=3),
     }
     failures, paths = [], set()
-    ring._qk_norm_rope_ring_kernel = Forced()
+    setattr(ring, kernel, Forced())
     try:
         for kwargs in gpu_configs:
             Forced.kwargs = kwargs
@@ -218,10 +221,10 @@ def test_token_ring_matches_head_groups_where_tma_cannot_read(tmp_path):
                 for name, module in modules.items():
                     run = {k: v.clone() if k.endswith("cache_SKD") else v for k, v in inputs.items()}
                     outs[name] = (*module.qk_norm_rope(**run), run["k_cache_SKD"], run["v_cache_SKD"])
-                if not all(torch.equal(a, b) for a, b in zip(outs["token_ring"], outs["head_groups"], strict=True)):
+                if not all(torch.equal(a, b) for a, b in zip(outs[candidate], outs["head_groups"], strict=True)):
                     failures.append(f"{kwargs} on {label}")
     finally:
-        ring._qk_norm_rope_ring_kernel = autotuned
+        setattr(ring, kernel, autotuned)
     assert paths == {True, False}, "the cases must take both the TMA and the plain path"
     assert len(gpu_configs) > 1 and not failures, "\n".join(failures)
 
