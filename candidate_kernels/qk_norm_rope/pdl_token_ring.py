@@ -11,6 +11,9 @@ its rings lost to head_groups' grid (14.63 against 10.92 us sliding). Neither co
 promoted kernel on its own. Here one autotuner measures both families per (H, K, Dh, variant, TMA, T
 bucket): head_groups' six grid configs (GROUPS) beside the six configs token_ring's autotuner took in
 the twelfth to fourteenth sessions' runs (whole-token rings, its packed grid split into parts).
+Rings are offered only from RING_MIN_TOKENS_PER_SM = 16 tokens per SM on (T >= 2112 on the H200's 132
+SMs); below that the launcher passes plain tensors instead of TMA descriptors, so the grid launches
+with a small parameter block (why: the measurements below).
 Every GPU config launches with launch_pdl and the kernel starts with griddepcontrol.wait, exactly as
 pdl_head_groups: no program reads or writes before the kernel ahead of it in the stream has completed,
 and nothing here triggers the next kernel early. The Triton interpreter (no griddepcontrol) runs the
@@ -96,6 +99,12 @@ else:
 # program, so the ring's ends are exercised.
 _CPU_SMS = 2
 SMEM_PER_SM = 227 * 1024  # H100/H200: the most shared memory the CTAs of one SM may take
+# Rings only from this many tokens per SM on (GPU): a ring program spends its first STAGES - 1 loads and its
+# tail unpipelined, so with few tokens per program the grid wins (sliding T = 1000, 7.6 tokens per SM: the
+# ring 13.75 us against the grid's 10.98, run 20261204T112801-5cb25e). Below it the launcher passes the
+# tensors, not TMA descriptors, so the ring configs are pruned and the grid launches with a small parameter
+# block. The interpreter takes rings at any T, so that the CPU shapes run the TMA path.
+RING_MIN_TOKENS_PER_SM = 0 if _INTERPRET else 16
 MAX_GROUP_HEADS = 16
 
 
@@ -663,7 +672,8 @@ def qk_norm_rope(
     q_heads, k_heads = _group_heads(H), _group_heads(K)
     ssmax_P = None if is_rope else ssmax_scale_P.contiguous()
     table_PD = rope_cos_sin_PD if is_rope else q_THD.new_empty((1, Dh), dtype=torch.float32)  # unread on global
-    tma_ok = _tma_ok(half, q_THD, k_TKD, v_TKD, table_PD)
+    n_sms = _sm_count(q_THD.device)
+    tma_ok = T >= RING_MIN_TOKENS_PER_SM * n_sms and _tma_ok(half, q_THD, k_TKD, v_TKD, table_PD)
     if tma_ok:
         P = table_PD.shape[0]
         descriptors = (
@@ -674,7 +684,6 @@ def qk_norm_rope(
         )
     else:
         descriptors = (q_THD, k_TKD, v_TKD, table_PD)
-    n_sms = _sm_count(q_THD.device)
 
     def grid(meta):
         if meta["GROUPS"]:
