@@ -42,11 +42,16 @@ def test_every_candidate_passes_parity(task_name, tmp_path):
             assert r.configs_checked or r.configs_idle or r.configs_unchecked, (r.implementation, r.shape_label)
 
 
-def _gpu_configs(task, path, tmp_path) -> list[dict]:
-    """The kwargs of every config the candidate file's GPU autotuners may choose, as the runner lists them."""
+def _gpu_configs_by_kernel(task, path, tmp_path) -> list[tuple[str, dict]]:
+    """(kernel, kwargs) of every config the candidate file's GPU autotuners may choose, as the runner lists them."""
     settings = runner.EvaluationSettings(device="cpu", results_dir=str(tmp_path), cache_dir=str(tmp_path))
     with runner._Evaluation(task, [candidates.load(path, task.name, task.op_name)], settings) as ev:
-        return [f["config"]["kwargs"] for f in ev._list_configs(ev.units[0])]
+        return [(f["kernel"], f["config"]["kwargs"]) for f in ev._list_configs(ev.units[0])]
+
+
+def _gpu_configs(task, path, tmp_path) -> list[dict]:
+    """The kwargs of every config the candidate file's GPU autotuners may choose, as the runner lists them."""
+    return [kwargs for _, kwargs in _gpu_configs_by_kernel(task, path, tmp_path)]
 
 
 def _load_module(path):
@@ -173,32 +178,35 @@ def _qk_inputs(T, H, K, Dh, sliding, gen, q_offset=0, packed_kv=False, discard_e
     }
 
 
-@pytest.mark.parametrize(("candidate", "kernel"), [("token_ring", "_qk_norm_rope_ring_kernel"),
-                                                   ("pdl_token_ring", "_qk_norm_rope_kernel")])  # fmt: skip
-def test_token_ring_matches_head_groups_where_tma_cannot_read(candidate, kernel, tmp_path):
+@pytest.mark.parametrize("candidate", ["token_ring", "pdl_token_ring"])
+def test_token_ring_matches_head_groups_where_tma_cannot_read(candidate, tmp_path):
     """token_ring's ring reads TMA tiles; inputs TMA cannot read (Dh/2 not a power of two, a misaligned
-    base) take its plain loads. With every GPU config forced, both paths, odd head counts (groups of 2
-    and 1 heads), strided k/v views and discarded tokens give head_groups' outputs and caches bit for bit
-    (pdl_token_ring: its rings and its grid configs alike)."""
+    base) take its plain loads. With every GPU config of each kernel forced in turn, both paths, odd head
+    counts (groups of 2 and 1 heads), strided k/v views and discarded tokens give head_groups' outputs and
+    caches bit for bit (pdl_token_ring: its ring kernel from T = 4 on here, its grid kernel below)."""
     import torch
 
     from harness import interpreter_patches
 
     task = TASKS["qk_norm_rope"]
     folder = REPO_ROOT / "candidate_kernels" / "qk_norm_rope"
-    gpu_configs = _gpu_configs(task, folder / f"{candidate}.py", tmp_path)
+    gpu_configs = _gpu_configs_by_kernel(task, folder / f"{candidate}.py", tmp_path)
     modules = {name: _load_module(folder / f"{name}.py") for name in (candidate, "head_groups")}
     interpreter_patches.apply()
     ring = modules[candidate]
-    autotuned = getattr(ring, kernel)
+    kernels = {name: getattr(ring, name) for name, _ in gpu_configs}
 
     class Forced:  # the launcher's kernel[grid](...) with one config's constexprs, as the autotuner would
-        kwargs: dict = {}
+        def __init__(self, autotuned):
+            self.autotuned, self.kwargs = autotuned, None
 
         def __getitem__(self, grid):
+            if self.kwargs is None:  # another kernel's config is forced: this one as the file has it
+                return self.autotuned[grid]
+
             def launch(*args, **kw):
                 kw.pop("enable_fp_fusion")
-                return autotuned.fn[grid({**kw, **Forced.kwargs})](*args, **kw, **Forced.kwargs)
+                return self.autotuned.fn[grid({**kw, **self.kwargs})](*args, **kw, **self.kwargs)
 
             return launch
 
@@ -209,10 +217,13 @@ def test_token_ring_matches_head_groups_where_tma_cannot_read(candidate, kernel,
         "global, discards (TMA)": dict(T=5, H=8, K=2, Dh=32, sliding=False, discard_every=3),
     }
     failures, paths = [], set()
-    setattr(ring, kernel, Forced())
+    forced = {name: Forced(autotuned) for name, autotuned in kernels.items()}
+    for name in kernels:
+        setattr(ring, name, forced[name])
     try:
-        for kwargs in gpu_configs:
-            Forced.kwargs = kwargs
+        for kernel, kwargs in gpu_configs:
+            for f in forced.values():
+                f.kwargs = kwargs if f is forced[kernel] else None
             for label, case in cases.items():
                 inputs = _qk_inputs(**case, gen=torch.Generator().manual_seed(7))
                 table = inputs["rope_cos_sin_PD"] if case["sliding"] else torch.empty(1, case["Dh"])
@@ -222,9 +233,10 @@ def test_token_ring_matches_head_groups_where_tma_cannot_read(candidate, kernel,
                     run = {k: v.clone() if k.endswith("cache_SKD") else v for k, v in inputs.items()}
                     outs[name] = (*module.qk_norm_rope(**run), run["k_cache_SKD"], run["v_cache_SKD"])
                 if not all(torch.equal(a, b) for a, b in zip(outs[candidate], outs["head_groups"], strict=True)):
-                    failures.append(f"{kwargs} on {label}")
+                    failures.append(f"{kernel} {kwargs} on {label}")
     finally:
-        setattr(ring, kernel, autotuned)
+        for name, autotuned in kernels.items():
+            setattr(ring, name, autotuned)
     assert paths == {True, False}, "the cases must take both the TMA and the plain path"
     assert len(gpu_configs) > 1 and not failures, "\n".join(failures)
 

@@ -1,23 +1,32 @@
-"""qk_norm_rope: token_ring's rings and head_groups' grid in one autotuned kernel, launched with PDL.
+"""qk_norm_rope: pdl_head_groups below 16 tokens per SM, token_ring's rings (and the grid) autotuned above, PDL.
 
 Author: human (kernels team, issue 4), hand-written. Parent: token_ring.py, whose ring programs
-(_ring_program) are its code; the grid programs (_grid_program and the _grid_ functions) are
-pdl_head_groups.py's, the promoted kernel's, renamed and nothing else.
+(_ring_program) are its code; _qk_norm_rope_kernel, _grid_program and the _grid_ functions are
+pdl_head_groups.py's, the promoted kernel's: its kernel, configs and autotuning key, renamed helpers.
 
 Why. On the H200 each of the two wins where the other loses (results/README.md): at sliding T = 16384
 token_ring's ring ran 152.92 us against head_groups' 166.99 (fourteenth session, one run), while at
 T <= 64 on global layers its own grid configs ran 0.16-0.21 us slower than head_groups, and at T = 1000
 its rings lost to head_groups' grid (14.63 against 10.92 us sliding). Neither could replace the
-promoted kernel on its own. Here one autotuner measures both families per (H, K, Dh, variant, TMA, T
-bucket): head_groups' six grid configs (GROUPS) beside the six configs token_ring's autotuner took in
-the twelfth to fourteenth sessions' runs (whole-token rings, its packed grid split into parts).
-Rings are offered only from RING_MIN_TOKENS_PER_SM = 16 tokens per SM on (T >= 2112 on the H200's 132
-SMs); below that the launcher passes plain tensors instead of TMA descriptors, so the grid launches
-with a small parameter block (why: the measurements below).
-Every GPU config launches with launch_pdl and the kernel starts with griddepcontrol.wait, exactly as
-pdl_head_groups: no program reads or writes before the kernel ahead of it in the stream has completed,
-and nothing here triggers the next kernel early. The Triton interpreter (no griddepcontrol) runs the
-same code without the wait.
+promoted kernel on its own. Two kernels here:
+  T < 16 tokens per SM (RING_MIN_TOKENS_PER_SM; T < 2112 on the H200's 132 SMs): _qk_norm_rope_kernel,
+      pdl_head_groups' kernel as it is. A ring program spends its first STAGES - 1 loads and its tail
+      unpipelined; with a few tokens per program that is most of its life.
+  from there on: _qk_norm_rope_ring_kernel, whose autotuner measures both families per (H, K, Dh,
+      variant, TMA, T bucket): head_groups' six grid configs (GROUPS) beside the six configs token_ring's
+      autotuner took in the twelfth to fourteenth sessions' runs (whole-token rings, its packed grid
+      split into parts).
+The first version (1d9bffb) had one kernel for all T: at T <= 64 its grid configs, the same SASS as
+pdl_head_groups' (`harness inspect`), ran 0.03-0.09 us slower, the launches' one difference four
+TMA descriptors in its parameter block; and at sliding T = 1000 its autotuner took a ring, 13.75 against 10.98 us (run
+20261204T112801-5cb25e). The second (c48495c) passed plain tensors below the threshold, and its
+autotuner took slower grid configs than pdl_head_groups' at T = 1000 (13.15 against 9.64 us sliding,
+run 20261204T113718-fa9a1b); hence pdl_head_groups' own kernel and configs below it.
+Every GPU config of both kernels launches with launch_pdl and the kernels start with
+griddepcontrol.wait, exactly as pdl_head_groups: no program reads or writes before the kernel ahead of
+it in the stream has completed, and nothing here triggers the next kernel early. The Triton
+interpreter (no griddepcontrol) runs the same code without the wait, the ring kernel from 2 tokens per
+CPU "SM" on (T >= 4), so the CPU shapes run both.
 
 Floor (bytes / 4275 GB/s; per token q 2x12 KB, k 3x2 KB, v 2x2 KB, one table row 512 B or 4 B):
   T=1      35 KB  -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
@@ -99,12 +108,9 @@ else:
 # program, so the ring's ends are exercised.
 _CPU_SMS = 2
 SMEM_PER_SM = 227 * 1024  # H100/H200: the most shared memory the CTAs of one SM may take
-# Rings only from this many tokens per SM on (GPU): a ring program spends its first STAGES - 1 loads and its
-# tail unpipelined, so with few tokens per program the grid wins (sliding T = 1000, 7.6 tokens per SM: the
-# ring 13.75 us against the grid's 10.98, run 20261204T112801-5cb25e). Below it the launcher passes the
-# tensors, not TMA descriptors, so the ring configs are pruned and the grid launches with a small parameter
-# block. The interpreter takes rings at any T, so that the CPU shapes run the TMA path.
-RING_MIN_TOKENS_PER_SM = 0 if _INTERPRET else 16
+# The ring kernel only from this many tokens per SM on; below, _grid_kernel (the header says why). On the CPU,
+# 2 tokens per "SM": the CPU shapes (T = 1..6) run both kernels.
+RING_MIN_TOKENS_PER_SM = 2 if _INTERPRET else 16
 MAX_GROUP_HEADS = 16
 
 
@@ -428,7 +434,7 @@ def _grid_key_value_program(
     cache_results=True,
 )
 @triton.jit
-def _qk_norm_rope_kernel(
+def _qk_norm_rope_ring_kernel(
     q_desc,  # TMA descriptors of q, k, v as [T, heads, 2, Dh/2] and of the cos|sin table as [P, 2, Dh/2]
     k_desc,  # (the tensors themselves where TMA cannot read them: the ring is not compiled then)
     v_desc,
@@ -498,6 +504,48 @@ def _qk_norm_rope_kernel(
                       stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d, stride_cs_p,
                       stride_cs_d, eps, N_Q_HEADS, N_KV_HEADS, HEAD_DIM, HALF_BLOCK, Q_HEADS, K_HEADS, IS_ROPE,
                       TMA_OK, STAGES, RING, SPLIT, PACKED)  # fmt: skip
+
+
+def _grid_configs() -> list[triton.Config]:
+    if _INTERPRET:
+        # Beam's 48 heads in two groups (the second half masked), beam-tiny's 4 in one masked group.
+        return [triton.Config({"Q_HEADS": 32}, num_warps=1)]
+    shapes = ((8, 2), (16, 2), (16, 4), (32, 4), (32, 8), (64, 8))
+    return [triton.Config({"Q_HEADS": heads, "launch_pdl": True}, num_warps=warps) for heads, warps in shapes]
+
+
+def _grid_prune(configs, named_args, **kwargs):
+    """Drop head groups larger than next_pow2(H): they would only add masked heads."""
+    n_heads = kwargs["N_Q_HEADS"]
+    fit = [c for c in configs if c.kwargs["Q_HEADS"] <= triton.next_power_of_2(n_heads)]
+    return fit or [min(configs, key=lambda c: c.kwargs["Q_HEADS"])]
+
+
+@triton.autotune(
+    configs=_grid_configs(),
+    key=["N_Q_HEADS", "N_KV_HEADS", "HEAD_DIM", "IS_ROPE", "rows_bucket"],
+    prune_configs_by={"early_config_prune": _grid_prune},
+    do_bench=_time_config,
+    cache_results=True,
+)
+@triton.jit
+def _qk_norm_rope_kernel(
+    q_ptr, k_ptr, v_ptr, q_w_ptr, k_w_ptr, pos_ptr, slot_ptr, k_cache_ptr, v_cache_ptr, cos_sin_ptr, ssmax_ptr,
+    q_out_ptr, k_out_ptr, stride_q_t, stride_q_h, stride_q_d, stride_k_t, stride_k_h, stride_k_d, stride_v_t,
+    stride_v_h, stride_v_d, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s, stride_vc_h, stride_vc_d,
+    stride_cs_p, stride_cs_d, eps,
+    rows_bucket,  # read only by the autotuner's key
+    N_Q_HEADS: tl.constexpr, N_KV_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, HALF_BLOCK: tl.constexpr,
+    KV_BLOCK: tl.constexpr, IS_ROPE: tl.constexpr, Q_HEADS: tl.constexpr,
+):  # fmt: skip
+    """pdl_head_groups' kernel: its parameters, configs, autotuning key and code."""
+    if PDL:
+        gdc_wait()  # the previous kernel complete, its writes visible: before any load or store
+    _grid_program(q_ptr, k_ptr, v_ptr, q_w_ptr, k_w_ptr, pos_ptr, slot_ptr, k_cache_ptr, v_cache_ptr, cos_sin_ptr,
+                  ssmax_ptr, q_out_ptr, k_out_ptr, stride_q_t, stride_q_h, stride_q_d, stride_k_t, stride_k_h,
+                  stride_k_d, stride_v_t, stride_v_h, stride_v_d, stride_kc_s, stride_kc_h, stride_kc_d, stride_vc_s,
+                  stride_vc_h, stride_vc_d, stride_cs_p, stride_cs_d, eps, N_Q_HEADS, N_KV_HEADS, HEAD_DIM,
+                  HALF_BLOCK, KV_BLOCK, IS_ROPE, Q_HEADS)  # fmt: skip
 
 
 @triton.jit
@@ -668,12 +716,29 @@ def qk_norm_rope(
     k_out_TKD = torch.empty((T, K, Dh), dtype=torch.bfloat16, device=q_THD.device)
     if T == 0:
         return q_out_THD, k_out_TKD
+    n_sms = _sm_count(q_THD.device)
+    _tuning_rows[0] = _rows_bucket(T)
+    if T < RING_MIN_TOKENS_PER_SM * n_sms:
+        table = rope_cos_sin_PD if is_rope else ssmax_scale_P
+
+        def groups(meta):
+            return (T * (triton.cdiv(H, meta["Q_HEADS"]) + 1),)
+
+        _qk_norm_rope_kernel[groups](
+            q_THD, k_TKD, v_TKD, q_norm_weight.contiguous(), k_norm_weight.contiguous(), positions_T, slot_mapping_T,
+            k_cache_SKD, v_cache_SKD, table if is_rope else None, None if is_rope else table.contiguous(), q_out_THD,
+            k_out_TKD, *q_THD.stride(), *k_TKD.stride(), *v_TKD.stride(), *k_cache_SKD.stride(),
+            *v_cache_SKD.stride(), *(rope_cos_sin_PD.stride() if is_rope else (0, 0)), eps, _rows_bucket(T),
+            N_Q_HEADS=H, N_KV_HEADS=K, HEAD_DIM=Dh, HALF_BLOCK=triton.next_power_of_2(Dh // 2),
+            KV_BLOCK=triton.next_power_of_2(K), IS_ROPE=is_rope, enable_fp_fusion=False,
+        )  # fmt: skip
+        return q_out_THD, k_out_TKD
+
     half = Dh // 2
     q_heads, k_heads = _group_heads(H), _group_heads(K)
     ssmax_P = None if is_rope else ssmax_scale_P.contiguous()
     table_PD = rope_cos_sin_PD if is_rope else q_THD.new_empty((1, Dh), dtype=torch.float32)  # unread on global
-    n_sms = _sm_count(q_THD.device)
-    tma_ok = T >= RING_MIN_TOKENS_PER_SM * n_sms and _tma_ok(half, q_THD, k_TKD, v_TKD, table_PD)
+    tma_ok = _tma_ok(half, q_THD, k_TKD, v_TKD, table_PD)
     if tma_ok:
         P = table_PD.shape[0]
         descriptors = (
@@ -693,8 +758,7 @@ def qk_norm_rope(
         lanes = T if per_sm == 0 else min(T, max(1, per_sm * n_sms // parts))  # 0: a lane per token
         return (lanes * parts,)
 
-    _tuning_rows[0] = _rows_bucket(T)
-    _qk_norm_rope_kernel[grid](
+    _qk_norm_rope_ring_kernel[grid](
         *descriptors,
         q_THD,
         k_TKD,
