@@ -429,6 +429,42 @@ def test_the_twenty_sixth_session_qk_norm_rope_run_replayed():
     assert "(global T=16384: torch_compile)" in record.reason
 
 
+def test_the_twenty_seventh_session_qk_norm_rope_promotion_replayed():
+    """Committed H200 records of run 20261204T115359-166329: pdl_token_ring promoted over pdl_head_groups. The
+    torch.compile timed in its child read 179.39 us at global T=16384 (143.44 beside pdl_head_groups); with that
+    figure read as beside pdl_head_groups, both miss that one bar and the promotion is the same, by the rule for
+    a kernel in force that misses a bar (results/README.md says so)."""
+    from tasks import TASKS
+
+    results = REPO_ROOT / "results" / "qk_norm_rope"
+    records = [r for r in read(results / RECORDS_FILE, EvaluationRecord)[0] if r.run_id == "20261204T115359-166329"]
+    shapes = [s.label for s in TASKS["qk_norm_rope"].shapes]
+    current = next(p for p in reversed(promote.history("qk_norm_rope", REPO_ROOT / "results"))
+                   if p.candidate == "pdl_head_groups")  # fmt: skip
+    record, assessments, _ = promote.decide(records, shapes, current, records[0].environment)
+    assert record is not None and record.candidate == "pdl_token_ring"
+    assert record.reason.startswith("beats every baseline beyond noise on every shape;")
+
+    def as_beside_the_incumbent(r):
+        if r.implementation != "pdl_token_ring" or r.shape_label != "global T=16384":
+            return r
+        beside = next(o for o in records if o.implementation == "pdl_head_groups" and o.shape_label == r.shape_label)
+        return dataclasses.replace(
+            r, baselines_us={**r.baselines_us, "torch_compile": beside.baselines_us["torch_compile"]}
+        )
+
+    counterfactual = [as_beside_the_incumbent(r) for r in records]
+    record, assessments, _ = promote.decide(counterfactual, shapes, current, records[0].environment)
+    by_name = {a.candidate: a for a in assessments}
+    assert (
+        by_name["pdl_token_ring"].short_of
+        == by_name["pdl_head_groups"].short_of
+        == {"global T=16384": ["torch_compile"]}
+    )
+    assert record is not None and record.candidate == "pdl_token_ring"
+    assert "(global T=16384: torch_compile)" in record.reason
+
+
 def test_a_fix_of_the_promoted_kernel_named_by_the_run_replaces_it_at_equal_speed():
     """promote_fix: a candidate whose CANDIDATE parent is the kernel in force may replace it within the noise;
     a slower shape still blocks it, and a named candidate with another parent is held to the usual rule
