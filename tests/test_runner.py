@@ -409,17 +409,23 @@ def test_a_kernel_in_force_that_misses_a_bar_gives_way_to_a_faster_one_that_miss
     assert record is None and "not faster than the promoted incumbent on any shape" in reason
 
 
+def _qk_norm_rope_run(run_id: str, incumbent: str):
+    """The committed records of one qk_norm_rope run, the task's GPU shapes and the promotion of `incumbent`."""
+    from tasks import TASKS
+
+    results = REPO_ROOT / "results" / "qk_norm_rope"
+    records = [r for r in read(results / RECORDS_FILE, EvaluationRecord)[0] if r.run_id == run_id]
+    shapes = [s.label for s in TASKS["qk_norm_rope"].shapes]
+    current = next(p for p in reversed(promote.history("qk_norm_rope", REPO_ROOT / "results"))
+                   if p.candidate == incumbent)  # fmt: skip
+    return records, shapes, current
+
+
 def test_the_twenty_sixth_session_qk_norm_rope_run_replayed():
     """Committed H200 records of run 20261204T041340-c79e43: pdl_head_groups faster than the promoted
     head_groups on every shape; at global T=16384 both behind the in-child torch.compile (144.66 and 146.42
     against 142.52 us), which fails parity there. The rule that required beating it refused the promotion."""
-    from tasks import TASKS
-
-    results = REPO_ROOT / "results" / "qk_norm_rope"
-    records = [r for r in read(results / RECORDS_FILE, EvaluationRecord)[0] if r.run_id == "20261204T041340-c79e43"]
-    shapes = [s.label for s in TASKS["qk_norm_rope"].shapes]
-    current = next(p for p in reversed(promote.history("qk_norm_rope", REPO_ROOT / "results"))
-                   if p.candidate == "head_groups")  # fmt: skip
+    records, shapes, current = _qk_norm_rope_run("20261204T041340-c79e43", "head_groups")
     record, assessments, _ = promote.decide(records, shapes, current, records[0].environment)
     by_name = {a.candidate: a for a in assessments}
     assert (
@@ -434,13 +440,7 @@ def test_the_twenty_seventh_session_qk_norm_rope_promotion_replayed():
     torch.compile timed in its child read 179.39 us at global T=16384 (143.44 beside pdl_head_groups); with that
     figure read as beside pdl_head_groups, both miss that one bar and the promotion is the same, by the rule for
     a kernel in force that misses a bar (results/README.md says so)."""
-    from tasks import TASKS
-
-    results = REPO_ROOT / "results" / "qk_norm_rope"
-    records = [r for r in read(results / RECORDS_FILE, EvaluationRecord)[0] if r.run_id == "20261204T115359-166329"]
-    shapes = [s.label for s in TASKS["qk_norm_rope"].shapes]
-    current = next(p for p in reversed(promote.history("qk_norm_rope", REPO_ROOT / "results"))
-                   if p.candidate == "pdl_head_groups")  # fmt: skip
+    records, shapes, current = _qk_norm_rope_run("20261204T115359-166329", "pdl_head_groups")
     record, assessments, _ = promote.decide(records, shapes, current, records[0].environment)
     assert record is not None and record.candidate == "pdl_token_ring"
     assert record.reason.startswith("beats every baseline beyond noise on every shape;")
