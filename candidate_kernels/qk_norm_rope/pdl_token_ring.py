@@ -121,12 +121,12 @@ else:
         )
 
 
-# On the CPU there are no SMs; two "SMs" give the CPU shapes (T = 1..5) loops of several tokens per
+# On the CPU there are no SMs; two "SMs" give the CPU shapes (T = 1..6) loops of several tokens per
 # program, so the ring's ends are exercised.
 _CPU_SMS = 2
 SMEM_PER_SM = 227 * 1024  # H100/H200: the most shared memory the CTAs of one SM may take
-# The ring kernel only from this many tokens per SM on; below, _grid_kernel (the header says why). On the CPU,
-# 2 tokens per "SM": the CPU shapes (T = 1..6) run both kernels.
+# The ring kernel only from this many tokens per SM on; below, _qk_norm_rope_kernel (the header says why). On
+# the CPU, 2 tokens per "SM": the CPU shapes (T = 1..6) run both kernels.
 RING_MIN_TOKENS_PER_SM = 2 if _INTERPRET else 16
 MAX_GROUP_HEADS = 16
 
@@ -158,7 +158,7 @@ def _configs() -> list[triton.Config]:
     return [
         triton.Config(
             {**dict(zip(names, shape[:6], strict=True)), "PACKED": shape[7], "launch_pdl": True}, num_warps=shape[6]
-        )  # fmt: skip
+        )
         for shape in shapes
     ]
 
