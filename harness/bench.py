@@ -482,6 +482,17 @@ def _release_cached_memory() -> None:
     torch.cuda.empty_cache()
 
 
+def drawn_or_unfit(draw: Callable[[], Any]) -> tuple[Any, str | None]:
+    """(draw(), None), or (None, why) when what it draws (a shape's inputs) does not fit in GPU memory: the
+    shape fails, not the process. What was drawn is released before returning."""
+    try:
+        return draw(), None
+    except torch.cuda.OutOfMemoryError as e:
+        failure = f"the shape's inputs did not fit in GPU memory: {error_line(e, 600)}"
+    _release_cached_memory()  # outside the handler: the traceback no longer holds what was drawn
+    return None, failure
+
+
 def _input_sets(task: Any, shape: Any, seed_base: int, settings: BenchSettings) -> list[dict]:
     """The shape's seeded input sets on the GPU, as many as rotation_count asks for."""
     device = torch.device("cuda")
@@ -500,14 +511,8 @@ def time_shape(
     memory fail the shape for every implementation (each result says so), not the process: the next
     shape still runs."""
     _release_cached_memory()  # what earlier shapes left: GBs where a task's inputs are large (moe_experts)
-    try:
-        input_sets = _input_sets(task, shape, seed_base, settings)
-    except torch.cuda.OutOfMemoryError as e:
-        failure = f"the shape's inputs did not fit in GPU memory: {error_line(e, 600)}"
-    else:
-        failure = None
-    if failure is not None:  # outside the handler: the traceback no longer holds what was drawn
-        _release_cached_memory()
+    input_sets, failure = drawn_or_unfit(lambda: _input_sets(task, shape, seed_base, settings))
+    if failure is not None:
         return dict.fromkeys(impls, failure)
     decode = shape.params.get("T", math.inf) <= settings.decode_max_tokens
     runs = [(name, fn, input_sets) for name, fn in impls.items()]

@@ -338,8 +338,11 @@ def parity_loop(
     torch, request, task, fn, impl, report, monitor, guard, keep_alive, watch_fallback, trusted=False,
     launches: LaunchLog | None = None,
 ) -> None:  # fmt: skip
-    """Every shape and seed through `checked_call`; outputs saved for the parent to judge. `launches`,
-    if given, records which autotuners each call launched."""
+    """Every shape and seed through `checked_call`; outputs saved for the parent to judge. A shape whose
+    inputs do not fit in GPU memory is reported not run, and the next one runs. `launches`, if given,
+    records which autotuners each call launched."""
+    from harness.bench import drawn_or_unfit
+
     device = torch.device(request["device"])
     out_dir = Path(request["scratch"]) / "outputs"
     out_dir.mkdir(exist_ok=True)
@@ -349,7 +352,11 @@ def parity_loop(
         shape = task.shape(shape_label, device)
         for seed in request["seeds"]:
             report.emit("call_start", impl=impl, shape=shape_label, seed=seed)
-            inputs = task.make_inputs(shape, seed, device)
+            inputs, unfit = drawn_or_unfit(lambda shape=shape, seed=seed: task.make_inputs(shape, seed, device))
+            if unfit is not None:  # the harness's failure, not the implementation's: that shape is not run
+                report.emit("call_error", impl=impl, shape=shape_label, seed=seed, status="not_run",
+                            message=f"not run: {unfit}", traceback="", violations=violations())  # fmt: skip
+                break
             try:
                 with launches.call(shape_label, seed) if launches else contextlib.nullcontext():
                     returned, cheats = checked_call(torch, task, fn, inputs, device, request["settle_s"],

@@ -1044,6 +1044,42 @@ def test_a_shape_whose_inputs_do_not_fit_fails_for_every_implementation_and_free
     assert len(drawn) == 2 and all(ref() is None for ref in drawn)
 
 
+def test_a_parity_child_whose_shape_inputs_do_not_fit_reports_that_shape_not_run_and_goes_on(tmp_path):
+    """The same in a parity child: drawing a shape's inputs ran out of GPU memory outside any call, and the
+    exception ended the child (a candidate was recorded as crashed on every shape; a trusted child failed the
+    run). Now that shape alone is reported not run, with the allocator's message, and the next one runs."""
+    import types
+
+    import torch
+
+    from harness import child
+    from tasks.fuse_norm import TASK
+
+    big = TASK.cpu_shapes[1].label
+
+    def make_inputs(shape, seed, device):
+        if shape.label == big:
+            torch.ones(1 << 16)  # drawn, then the allocator gives up
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.50 GiB.")
+        return TASK.make_inputs(shape, seed, device)
+
+    task = dataclasses.replace(TASK, make_inputs=make_inputs)
+    events = []
+    report = types.SimpleNamespace(emit=lambda event, **kw: events.append({"event": event, **kw}))
+    request = {"device": "cpu", "scratch": str(tmp_path), "shapes": [s.label for s in TASK.cpu_shapes],
+               "seeds": [1, 2], "settle_s": 0}  # fmt: skip
+    guard = child.snapshot_identities(sys.modules[__name__])
+    child.parity_loop(torch, request, task, TASK.reference, "reference", report, None, guard, [], watch_fallback=False)
+    ends = [(e["event"], e["shape"], e["seed"]) for e in events if e["event"] != "call_start"]
+    labels = [s.label for s in TASK.cpu_shapes]
+    assert ends == [("call", labels[0], 1), ("call", labels[0], 2), ("call_error", big, 1),
+                    ("call", labels[2], 1), ("call", labels[2], 2)]  # fmt: skip
+    error = next(e for e in events if e["event"] == "call_error")
+    assert Status(error["status"]) is Status.NOT_RUN
+    assert error["message"] == ("not run: the shape's inputs did not fit in GPU memory: OutOfMemoryError: "
+                                "CUDA out of memory. Tried to allocate 12.50 GiB.")  # fmt: skip
+
+
 @pytest.mark.gpu
 def test_gpu_decode_shapes_time_a_copy_of_their_bytes_beside_the_implementations():
     import torch
