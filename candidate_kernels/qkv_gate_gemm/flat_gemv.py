@@ -44,7 +44,15 @@ reference timed in this file's child:
   evict_first and evict_first + .cg loads of W (twenty-first session, `qkv_evict_sweep.py`, the
   harness's interleaved graph timer) took 36.15-38.66 us at T = 8, the three policies of a tile within
   0.03 us of each other; the best, (64, 128, 4, 4) in 2 equal runs per SM, against swap_ab's autotuned
-  36.29, cuBLAS's 36.57 and the plain read's 33.96. Not promotable: T=1000 is 0.80-0.84x cuBLAS,
+  36.29, cuBLAS's 36.57 and the plain read's 33.96. Nor the GEMV's shape with MMAs (twenty-eighth session,
+  results/gpu_logs/2026-12-04-session28/): split-K tiles of 16-128 rows x 256-2048 columns of W, every load of
+  a program up front and no K loop, the partials summed in K order by the last to arrive, took 43.13 us at
+  best at T = 8 (42.70 launched as a programmatic dependent; qkv_split_sweep.py, beside this file's 35.97 and
+  cuBLAS's 36.21); the loads of its two fastest tiles alone, with a row sum, took 37.76 and 41.54
+  (qkv_split_diag.py): slower than cuBLAS's whole GEMM, and than this file's GEMV reading whole rows at T = 1
+  (34.47 in the same sweep).
+  Nor this file's ring forced to 8-32 rows with 512-2048-wide K blocks: 38.47 at best against the shipped
+  36.23 (qkv_rows_sweep.py). Not promotable: T=1000 is 0.80-0.84x cuBLAS,
   swap_ab's prefill tiles.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
