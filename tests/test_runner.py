@@ -441,7 +441,7 @@ def test_the_twenty_seventh_session_qk_norm_rope_promotion_replayed():
     figure read as beside pdl_head_groups, both miss that one bar and the promotion is the same, by the rule for
     a kernel in force that misses a bar (results/README.md says so)."""
     records, shapes, current = _qk_norm_rope_run("20261204T115359-166329", "pdl_head_groups")
-    record, assessments, _ = promote.decide(records, shapes, current, records[0].environment)
+    record, _, _ = promote.decide(records, shapes, current, records[0].environment)
     assert record is not None and record.candidate == "pdl_token_ring"
     assert record.reason.startswith("beats every baseline beyond noise on every shape;")
 
