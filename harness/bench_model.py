@@ -28,7 +28,8 @@ measured in the same process; kernels launched per dense and per MoE layer in on
 step (torch.profiler kernel events inside the "L{l}.attention" + "L{l}.mlp"/"L{l}.moe" ranges);
 the first decode step's logits of every variant against the reference's (a wiring check).
 Records: results/model_bench/records.jsonl (one line per run, environment and reproducing
-command), a PNG waterfall chart and a Markdown summary beside it (harness/bench_model_report.py).
+command), a PNG chart (<run>_waterfall.png, or <run>_variants.png with waterfall=false: the peers and
+the optimized model alone) and a Markdown summary beside it (harness/bench_model_report.py).
 
 On the CPU the command runs on beam-tiny through the Triton interpreter, so that CI exercises it:
 its timings are labelled not meaningful, and there is no floor, graph or compiled peer.

@@ -240,9 +240,15 @@ def chart_rows(record: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return order
 
 
+def chart_kind(record: dict[str, Any]) -> str:
+    """What the chart shows: "waterfall" when the run added changes one at a time, else "variants" (the
+    peers and the optimized model only, `waterfall=false`)."""
+    return "waterfall" if any(r["kind"] == "added" for r in record["variants"]) else "variants"
+
+
 def write_chart(record: dict[str, Any], path: Path) -> None:
-    """Two panels (decode, prefill): the peers, the waterfall of added changes, the optimized model,
-    and on decode the floor as a vertical line."""
+    """Two panels (decode, prefill): the peers, the waterfall of added changes (if timed), the optimized
+    model, and on decode the floor as a vertical line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -272,7 +278,7 @@ def summary_markdown(record: dict[str, Any], chart_name: str) -> str:
              f"{record['created_utc']}.", ""]  # fmt: skip
     if not record["timings_meaningful"]:
         lines += ["**CPU run through the Triton interpreter: the timings are not meaningful.**", ""]
-    lines += [f"![waterfall]({chart_name})", "", "```", console_table(record), "```", "", "## Optimized model", "",
+    lines += [f"![{chart_kind(record)}]({chart_name})", "", "```", console_table(record), "```", "", "## Optimized model", "",
               "| op | kind | implementation | detail |", "| --- | --- | --- | --- |"]  # fmt: skip
     lines += [f"| {s['field']} | {s['kind']} | {s['name']} | {s['detail']} |" for s in record["sources"]]
     if record["failures"]:
@@ -284,7 +290,7 @@ def write(record: ModelBenchRecord, out: Path) -> dict[str, Path]:
     """Append the record to out/records.jsonl; write the chart and the Markdown summary beside it."""
     out.mkdir(parents=True, exist_ok=True)
     data = record.to_dict()
-    chart = out / f"{record.run_id}_waterfall.png"
+    chart = out / f"{record.run_id}_{chart_kind(data)}.png"
     summary = out / f"{record.run_id}.md"
     write_chart(data, chart)
     summary.write_text(summary_markdown(data, chart.name))

@@ -48,6 +48,12 @@ def test_waterfall_adds_changes_in_order_and_removes_each_in_turn():
         "reference", "optimized"]  # fmt: skip
 
 
+def test_the_chart_is_named_a_waterfall_only_when_changes_were_added_one_at_a_time():
+    rows = [{"kind": "peer"}, {"kind": "optimized"}]
+    assert bench_model_report.chart_kind({"variants": rows}) == "variants"  # waterfall=false
+    assert bench_model_report.chart_kind({"variants": [*rows, {"kind": "added"}, {"kind": "removed"}]}) == "waterfall"
+
+
 def test_available_changes_follow_the_change_order():
     def path(field, kind="library"):
         return LibraryOp(field, lambda _ops: None, "lib", "test", kind)
