@@ -278,8 +278,9 @@ def summary_markdown(record: dict[str, Any], chart_name: str) -> str:
              f"{record['created_utc']}.", ""]  # fmt: skip
     if not record["timings_meaningful"]:
         lines += ["**CPU run through the Triton interpreter: the timings are not meaningful.**", ""]
-    lines += [f"![{chart_kind(record)}]({chart_name})", "", "```", console_table(record), "```", "", "## Optimized model", "",
-              "| op | kind | implementation | detail |", "| --- | --- | --- | --- |"]  # fmt: skip
+    lines += [f"![{chart_kind(record)}]({chart_name})", "", "```", console_table(record), "```", "",
+              "## Optimized model", "", "| op | kind | implementation | detail |",
+              "| --- | --- | --- | --- |"]  # fmt: skip
     lines += [f"| {s['field']} | {s['kind']} | {s['name']} | {s['detail']} |" for s in record["sources"]]
     if record["failures"]:
         lines += ["", "## Failures", ""] + [f"- {f}" for f in record["failures"]]

@@ -12,7 +12,8 @@ both sides of that child share and what the parent makes of it:
                    DataFrame (one row per metric: Annotation, Metric, AvgValue, Kernel "k1|k2", ...)
   shape_figures    per shape: duration, DRAM throughput as % of peak, SM throughput and occupancy
                    (achieved, theoretical), the issue slots used and the XU, FP64, FMA and ALU
-                   pipes' utilizations, L2's throughput, the bytes the SMs read from L2 and L1's
+                   pipes' utilizations, the warp cycles per issued instruction split by stall
+                   reason (STALL_REASONS), L2's throughput, the bytes the SMs read from L2 and L1's
                    hit rate, registers per thread, spills (local-memory bytes moved,
                    and ptxas's spill count of the Triton kernels), DRAM bytes against the task's
                    Cost floor, and the floor fraction against the measured copy bandwidth / GEMM rate
@@ -41,6 +42,9 @@ from tasks.task import Shape, Task
 
 PROFILES_FILE = "kernel_profiles.jsonl"
 DURATION = "gpu__time_duration.sum"
+STALL_REASONS = ("long_scoreboard", "short_scoreboard", "wait", "barrier", "membar", "lg_throttle", "mio_throttle",
+                 "math_pipe_throttle", "tex_throttle", "drain", "dispatch_stall", "branch_resolving", "no_instruction",
+                 "imc_miss", "sleeping", "misc", "not_selected", "selected")  # fmt: skip
 # ncu metric -> (record field, how several kernels of one call combine). ncu_report gives base units
 # (ns, bytes, %, registers).
 METRICS = {
@@ -69,6 +73,17 @@ METRICS = {
     "lts__throughput.avg.pct_of_peak_sustained_elapsed": ("l2_throughput_pct", "weighted"),
     "lts__t_sectors_srcunit_tex_op_read.sum": ("l2_read_sectors", "sum"),
     "l1tex__t_sector_hit_rate.pct": ("l1_hit_pct", "weighted"),
+    # Why the warps did not issue (ncu's Warp State Statistics): per stall reason, the warps stalled for it
+    # per cycle in which the scheduler issued, i.e. the share of a warp's cycles between two issued
+    # instructions that the reason accounts for; the reasons add up to the first metric's total. A
+    # memory-bound kernel short of its DRAM ceiling whose largest reason is long_scoreboard (waiting on
+    # global loads), with few warps active, has too few loads in flight; wait (fixed-latency dependencies),
+    # barrier, mio/lg_throttle (shared/global request queues full) or math_pipe_throttle point at its code.
+    "smsp__average_warp_latency_per_inst_issued.ratio": ("warp_cycles_per_issue", "weighted"),
+    **{
+        f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio": (f"stall_{r}", "weighted")
+        for r in STALL_REASONS
+    },
 }
 L2_SECTOR_BYTES = 32
 PIPES = ("xu", "fp64", "fma", "alu")
@@ -108,6 +123,8 @@ class KernelProfileRecord:
     l2_throughput_pct: float | None = None  # duration-weighted, of L2's peak
     l2_read_bytes: float | None = None  # read by the SMs from L2 (32-byte sectors), summed
     l1_hit_pct: float | None = None  # duration-weighted: sectors the SMs' L1 served, of all they asked for
+    warp_cycles_per_issue: float | None = None  # duration-weighted: a warp's cycles from one issue to its next
+    stalls: dict[str, float] = field(default_factory=dict)  # STALL_REASONS -> their share of those cycles
     registers_per_thread: int | None = None  # the most of any kernel
     grid_size: int | None = None  # blocks (threads per block) of the kernel; the largest of any when several
     block_size: int | None = None
@@ -239,6 +256,8 @@ def shape_figures(kernels: list[str], values: dict[str, float | None], compiled:
                                   "theoretical_occupancy_pct", "issue_active_pct",
                                   *(f"{p}_pipe_pct" for p in PIPES), "l2_throughput_pct", "l1_hit_pct")},
         "l2_read_bytes": values["l2_read_sectors"] * L2_SECTOR_BYTES if values["l2_read_sectors"] is not None else None,
+        "warp_cycles_per_issue": values["warp_cycles_per_issue"],
+        "stalls": {r: values[f"stall_{r}"] for r in STALL_REASONS if values[f"stall_{r}"] is not None},
         **ints,
         "spill_bytes": _total(values["local_load_bytes"], values["local_store_bytes"]),
         "triton_spills": int(sum(known)) if known else None,
@@ -295,6 +314,16 @@ def pipes_cell(r: dict[str, Any]) -> str:
     return " ".join(f"{p} {v:.0f}" for p, v in known)
 
 
+def stalls_cell(r: dict[str, Any], top: int = 3) -> str:
+    """'long_scoreboard 14.2 wait 2.1 not_selected 0.9 of 19.0': the largest stall reasons in warp cycles
+    per issued instruction, then all reasons' total (records before these metrics: '')."""
+    stalls = sorted((r.get("stalls") or {}).items(), key=lambda kv: -kv[1])[:top]
+    if not stalls:
+        return ""
+    total = r.get("warp_cycles_per_issue")
+    return " ".join(f"{k} {v:.1f}" for k, v in stalls) + (f" of {total:.1f}" if total is not None else "")
+
+
 def load_profiles(results_dir: Path | str, task: str) -> tuple[list[KernelProfileRecord], list[str]]:
     """Every kernel profile of a task, plus the reports of skipped (unreadable) lines."""
     return records.read(records.task_results_dir(Path(results_dir), task) / PROFILES_FILE, KernelProfileRecord)
@@ -317,7 +346,7 @@ def kernel_profile_section(rows: list[dict[str, Any]]) -> str:
         "l2_pct": r.get("l2_throughput_pct"), "bytes_l2_read": r.get("l2_read_bytes"),
         "l1_hit_pct": r.get("l1_hit_pct"),
         "floor_fraction": r.get("floor_fraction"), "issue_pct": r.get("issue_active_pct"),
-        "pipes_pct": pipes_cell(r), "detail": r["detail"][:80],
+        "pipes_pct": pipes_cell(r), "stalls": stalls_cell(r), "detail": r["detail"][:80],
     } for r in latest.values()])  # fmt: skip
     first = next(iter(latest.values()))
     return (f"### Nsight Compute ({first['ncu_version']}; {first['ncu_options']})\n\n"
@@ -326,5 +355,7 @@ def kernel_profile_section(rows: list[dict[str, Any]]) -> str:
             "issue %: the schedulers' issue slots used; pipes %: each pipe's utilization, busiest first "
             "(xu: conversions and transcendentals), both of the SM's active cycles. l2 %: L2's throughput of its "
             "peak; bytes l2 read: what the SMs read from L2, which a tile re-read by many programs inflates past "
-            "bytes dram; l1 hit %: sectors the SMs' L1 served.\n\n"
+            "bytes dram; l1 hit %: sectors the SMs' L1 served. stalls: the largest reasons a warp waited, in warp "
+            "cycles per issued instruction, of all reasons' total (long_scoreboard: global loads; wait: fixed "
+            "latencies; not_selected: ready but another warp issued).\n\n"
             + markdown_table(table))  # fmt: skip

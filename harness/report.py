@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.profile_kernel_records import pipes_cell
+from harness.profile_kernel_records import pipes_cell, stalls_cell
 from harness.profile_summary import format_cell
 from harness.records import EvaluationRecord, PromotionRecord, Status
 from harness.regression import Comparison
@@ -253,12 +253,12 @@ def profile_section(profiles: Sequence[dict[str, Any]], task: str, name: str) ->
     for label, p in latest.items():
         cells = [f"`{label}`", p.get("status", "-"), str(len(p.get("kernels", [])))]
         cells += ["-" if p.get(key) is None else fmt(p[key]) for key, _, fmt in PROFILE_COLUMNS]
-        rows.append((*cells, pipes_cell(p) or "-"))
+        rows.append((*cells, pipes_cell(p) or "-", stalls_cell(p) or "-"))
     first = next(iter(latest.values()))
     return [Para(f"Nsight Compute {first.get('ncu_version', '')} ({first.get('ncu_options', '')}), run "
                  f"`{first.get('run_id', '-')}`."),
-            Table(("shape", "status", "kernels", *(h for _, h, _ in PROFILE_COLUMNS), "pipes %, busiest first"),
-                  tuple(rows))]  # fmt: skip
+            Table(("shape", "status", "kernels", *(h for _, h, _ in PROFILE_COLUMNS), "pipes %, busiest first",
+                   "largest stalls, warp cycles per issue"), tuple(rows))]  # fmt: skip
 
 
 def chart_points(t: TaskReview) -> list[SpeedupPoint]:

@@ -623,8 +623,15 @@ class _Report:
 
 
 def _kernel(duration, dram_pct, occupancy, regs, local_ld, dram_read, block=128, issue=30.0, xu=5.0, l2_sectors=0,
-            l1_hit=0.0):  # fmt: skip
+            l1_hit=0.0, long_scoreboard=2.0):  # fmt: skip
+    stalls = {r: 0.25 for r in kr.STALL_REASONS} | {
+        "long_scoreboard": long_scoreboard,
+        "wait": 3.0,
+        "not_selected": 1.0,
+    }
     return {
+        **{f"smsp__average_warps_issue_stalled_{r}_per_issue_active.ratio": v for r, v in stalls.items()},
+        "smsp__average_warp_latency_per_inst_issued.ratio": sum(stalls.values()),
         "lts__throughput.avg.pct_of_peak_sustained_elapsed": 2 * dram_pct,
         "lts__t_sectors_srcunit_tex_op_read.sum": l2_sectors, "l1tex__t_sector_hit_rate.pct": l1_hit,
         "smsp__issue_active.avg.pct_of_peak_sustained_active": issue,
@@ -667,8 +674,10 @@ def _profile_through_nsight(monkeypatch, tmp_path, label, kernels, metrics):
 def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeypatch, tmp_path):
     metrics = list(kr.METRICS)
     event = _profile_through_nsight(monkeypatch, tmp_path, "T=1", [
-        ("_fused", _kernel(3000, 20.0, 50.0, 40, 0, 10_000, issue=60.0, xu=40.0, l2_sectors=900, l1_hit=60.0)),
-        ("_tail", _kernel(1000, 80.0, 25.0, 96, 64, 30_000, block=256, l2_sectors=100, l1_hit=20.0)),
+        ("_fused", _kernel(3000, 20.0, 50.0, 40, 0, 10_000, issue=60.0, xu=40.0, l2_sectors=900, l1_hit=60.0,
+                           long_scoreboard=16.0)),
+        ("_tail", _kernel(1000, 80.0, 25.0, 96, 64, 30_000, block=256, l2_sectors=100, l1_hit=20.0,
+                          long_scoreboard=4.0)),
     ], metrics)  # fmt: skip
     assert event["kernels"] == ["_fused", "_tail"] and event["report"] is None  # no real ncu wrote one
     v = event["values"]
@@ -690,6 +699,10 @@ def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeyp
     assert fig["l2_read_bytes"] == 1000 * 32
     assert fig["l2_throughput_pct"] == pytest.approx((40.0 * 3000 + 160.0 * 1000) / 4000)
     assert fig["l1_hit_pct"] == pytest.approx((60.0 * 3000 + 20.0 * 1000) / 4000)
+    # the stall reasons, in warp cycles per issued instruction, duration-weighted; their total beside them
+    assert fig["stalls"]["long_scoreboard"] == pytest.approx((16.0 * 3000 + 4.0 * 1000) / 4000)
+    assert set(fig["stalls"]) == set(kr.STALL_REASONS) and fig["stalls"]["wait"] == pytest.approx(3.0)
+    assert fig["warp_cycles_per_issue"] == pytest.approx(13.0 + 3.0 + 1.0 + 0.25 * (len(kr.STALL_REASONS) - 3))
     cost = task.cost(shape)
     assert fig["floor_bytes"] == cost.bytes and fig["floor_fraction"] == pytest.approx(cost.bytes / 4000e3 / 4.0)
     record = kr.KernelProfileRecord(
@@ -700,6 +713,7 @@ def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeyp
     assert "| c | T=1 | profiled | 2 | 4.0 |" in section
     assert "| 52.5 | xu 31 fma 12 alu 8 fp64 2 |" in section  # issue %, then the pipes busiest first
     assert "| 70.0 | 32.00 KB | 50.0 |" in section  # L2 % of peak, bytes the SMs read from L2, L1 hit %
+    assert "| long_scoreboard 13.0 wait 3.0 not_selected 1.0 of 20.8 |" in section  # the largest three, the total
     with pytest.raises(ValueError, match="needs its kernels"):
         dataclasses.replace(record, kernels=[])
     with pytest.raises(ValueError, match="non-finite"):
@@ -709,7 +723,11 @@ def test_profiled_call_through_nsight_python_combines_kernels_per_metric(monkeyp
 
 
 def test_a_metric_this_ncu_lacks_stays_none_and_autotuned_spills_pick_by_launch(monkeypatch, tmp_path):
-    metrics = [m for m in kr.METRICS if m != "sm__maximum_warps_per_active_cycle_pct"]
+    lacked = (
+        "sm__maximum_warps_per_active_cycle_pct",
+        "smsp__average_warps_issue_stalled_imc_miss_per_issue_active.ratio",
+    )
+    metrics = [m for m in kr.METRICS if m not in lacked]
     event = _profile_through_nsight(monkeypatch, tmp_path, "T=16384", [("_tail", _kernel(2000, 90.0, 70.0, 96, 0, 1))],
                                     metrics)  # fmt: skip
     assert event["kernels"] == ["_tail"] and event["values"]["theoretical_occupancy_pct"] is None
@@ -718,6 +736,7 @@ def test_a_metric_this_ncu_lacks_stays_none_and_autotuned_spills_pick_by_launch(
                 {"name": "_tail", "n_regs": 255, "n_spills": 40, "num_warps": 4}]  # fmt: skip
     fig = kr.shape_figures(event["kernels"], event["values"], compiled, task, task.shape("T=16384", "cuda"), None, None)
     assert fig["triton_spills"] == 3 and fig["floor_fraction"] is None and fig["theoretical_occupancy_pct"] is None
+    assert "imc_miss" not in fig["stalls"] and fig["stalls"]["long_scoreboard"] == 2.0  # a lacked reason: left out
 
 
 def test_the_audit_hook_lets_only_nsight_pythons_ncu_commands_through_and_only_with_the_permit():
@@ -854,6 +873,9 @@ def test_kernel_profile_of_a_candidate_under_ncu(tmp_path):
         assert r.registers_per_thread > 0 and r.spill_bytes is not None and 0 < r.floor_fraction < 1.5
         assert r.kernels and r.block_size > 0 and r.ncu_options.startswith("nsight-python 0.9.6")
         assert (tmp_path / r.ncu_report).is_file()
+        # every stall reason recorded; together they make up a warp's cycles per issued instruction
+        assert set(r.stalls) == set(kr.STALL_REASONS) and r.warp_cycles_per_issue > 1
+        assert sum(r.stalls.values()) == pytest.approx(r.warp_cycles_per_issue, rel=0.15)
     big = found[1]  # base units: DRAM bytes of the large shape within reach of the task's byte floor
     assert 0.5 < big.dram_bytes / big.floor_bytes < 4
 

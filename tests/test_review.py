@@ -122,7 +122,9 @@ PROFILE = {"candidate_hash": HASHES["fast_rows"], "shape_label": "T=16384", "sta
            "l2_throughput_pct": 47.5, "l2_read_bytes": 352e6, "l1_hit_pct": 0.4, "achieved_occupancy_pct": 61.5,
            "registers_per_thread": 40, "spill_bytes": 0.0, "floor_fraction": 0.933,
            "issue_active_pct": 41.2, "xu_pipe_pct": 18.4, "fp64_pipe_pct": 9.0, "fma_pipe_pct": 22.7,
-           "alu_pipe_pct": 15.1, "ncu_version": "2025.3.1", "ncu_options": "--cache-control all",
+           "alu_pipe_pct": 15.1, "warp_cycles_per_issue": 13.4,
+           "stalls": {"long_scoreboard": 9.6, "wait": 2.2, "not_selected": 0.7, "barrier": 0.3},
+           "ncu_version": "2025.3.1", "ncu_options": "--cache-control all",
            "created_utc": WHEN}  # fmt: skip
 
 
@@ -206,7 +208,7 @@ def test_the_report_carries_every_section():
                    "| `T=1` | **mismatch** | `x_TD` | **no** | 15 |",
                    "`fast_rows` (candidate)", "| flashinfer |", "row_per_program@promoted (promoted)",
                    "#### Cheat checks", "`fallback_to_reference`", "Nsight Compute 2025.3.1", "| 168.20 |",
-                   "| 41.2 | fma 23 xu 18 alu 15 fp64 9 |",
+                   "| 41.2 | fma 23 xu 18 alu 15 fp64 9 | long_scoreboard 9.6 wait 2.2 not_selected 0.7 of 13.4 |",
                    "```diff", "+    num_warps = 8", "## Environment", "| torch | 2.11.0+cu130 |"):  # fmt: skip
         assert needle in text, needle
 
