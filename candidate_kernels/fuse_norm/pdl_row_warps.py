@@ -31,6 +31,20 @@ Goals: T = 1 <= 2.3 us missed by 0.07 us (its p20 reached 2.30); the exact sums 
 there (twenty-second session), so FP32 sums would meet it but fail parity (row_warps' header, below).
 T = 16384 <= 165 us missed by 4.75 us: 93% of the copy floor, where PDL hides only the launches between
 calls of a window.
+Where T = 16384's time goes (twenty-ninth session; `harness profile task=fuse_norm candidate=pdl_row_warps`,
+Nsight Compute with warp stall reasons, one cold call: 173.8 us). The pick, 2 ring programs of 4 warps per
+SM at 226 registers, keeps 8 warps on an SM (12.4% occupancy); DRAM ran at 77.3% of peak and the
+schedulers issued in 47.5% of cycles (XU pipe 51%: the FP64 and BF16 conversions). A warp waited 4.19
+cycles per issued instruction: 1.06 on fixed-latency dependencies (wait), 0.87 on shared memory (short
+scoreboard: the ring's tiles, the block reductions) and only 0.37 on DRAM (long scoreboard). The ring
+hides DRAM's latency; what is left is each row's serial chain with two warps per scheduler to issue
+from. More programs per SM lose: 3 or 4 ring programs of 4 warps (registers capped at 168 / 128 to fit,
+32 / 70-74 spills) ran 210.8-285.5 us against the pick's 170.8, and two torch elementwise copies of
+the same traffic took 162.8 us, in one process (results/gpu_logs/2026-12-04-session29/fuse_programs_sweep.py);
+programs of 8 warps lost in the eleventh session (a longer block reduction per row). The goal is 2.2 us
+above torch's copies of the bytes. T = 1's cold call (5.1 us) waits on its loads and on instruction and
+constant cache misses (long_scoreboard 1.55, no_instruction 0.95, imc_miss 0.54 of 4.68 cycles), which
+the graph replays the harness times (2.37 us) do not pay.
 
 row_warps.py's header, unchanged (its figures are the parent's):
 

@@ -50,6 +50,18 @@ at sliding T=16384 and global T=1000, slower by 5% nowhere (sliding T=1000 +3.6%
 Goals: T=1 <= 2.8 us met (1.43 sliding, 1.32 global); T=16384 <= 140 / 135 us missed by 11.1 us
 (sliding, 90% of the floor) and 10.0 us (global, 92%). token_ring.py's header says where the ring's
 time goes (Nsight Compute: DRAM at 74-79% of peak, no pipe above 27%, 12.5-33% achieved occupancy).
+This file's picks under Nsight Compute with warp stall reasons (twenty-ninth session, `harness profile
+task=qk_norm_rope candidate=pdl_token_ring`, one cold call per shape):
+  sliding T=16384  154.2 us, the ring (2 programs of 4 warps per SM, 110 registers): 12.5% occupancy (25%
+                   would fit), DRAM 74.7% of peak, issue slots 55.5%. A warp waited 3.59 cycles per issued
+                   instruction, 0.30 of them on DRAM (long scoreboard), 0.86 on fixed-latency dependencies
+                   and 0.56 on shared memory: the ring hides DRAM, and the 8 warps of an SM each run a
+                   token's serial chain. 3 programs per SM ran slower in the twelfth session's sweeps
+                   (166.9-170.0 against 162.0-164.2 us), and 4 of 2 warps was this ring's earlier pick.
+  global T=16384   143.1 us, the grid split into parts (2 warps, 80 registers): 33.6% occupancy (37.5%
+                   would fit), DRAM 79.2%, issue 47.3%; 11.38 cycles per issued instruction, 7.6 of them on
+                   DRAM: here the warps wait on their loads, one round trip per program, too few bytes in
+                   flight per SM for the copy rate.
 
 Numerics (reference_model/ops.py qk_norm_rope, BEAM.md §3), both families, bit for bit:
   q_n = bf16((q * rsqrt(mean(q^2) + eps)) * w_q), k_n likewise          rounding point 1

@@ -54,6 +54,12 @@ reference timed in this file's child:
   Nor this file's ring forced to 8-32 rows with 512-2048-wide K blocks: 38.47 at best against the shipped
   36.23 (qkv_rows_sweep.py). Not promotable: T=1000 is 0.80-0.84x cuBLAS,
   swap_ab's prefill tiles.
+  Under Nsight Compute with warp stall reasons (twenty-ninth session, `harness profile
+  task=qkv_gate_gemm candidate=flat_gemv`, one cold call per shape): T=1 35.8 us, 14336 programs of 4
+  warps, 93% occupancy, DRAM 86.5% of peak, a warp waiting 28.9 cycles per issued instruction, 21.8 of
+  them on its loads: the GEMV streams W with every SM full. T=8 38.8 us: 224 programs of 4 warps on 132 SMs
+  (so some SMs stream two tiles of W and the others one), 10.6% occupancy, DRAM 80.1%, issue slots 11.3%;
+  15.0 cycles per issue, 6.0 on loads, 4.0 at barriers (the ring's stages) and 2.6 on fixed latencies.
 
 Numerics (reference_model/ops.py qkv_gate_proj = F.linear: BF16 in, FP32 accumulation, BF16 out):
 - T = 1: each product of two BF16 values is exact in FP32; every lane adds its products over the row's

@@ -57,6 +57,12 @@ T=8 4.42 / 4.63, T=64 **5.86** / 6.12, T=1000 31.60 / 33.19 (in-child torch.comp
 Goals (3.0 / 3.5 / 6.0 us at T = 1 / 8 / 64): T = 64 met, by 0.14 us. T = 1 and 8 missed by 0.39 / 0.92 us,
 for red_fixup's reasons (below): at T = 1 the goal is below every plain launch that read the weight
 (3.12 us at best); T = 8 runs unsplit FMA rows.
+Under Nsight Compute with warp stall reasons (twenty-ninth session, `harness profile task=router_gemm
+candidate=pdl_stream_words`, one cold call per shape: caches flushed, so slower than the graph replays
+above): T=1 5.02 us, 256 programs of 8 warps, 23% occupancy, a warp waiting 28.3 cycles per issued
+instruction, 18.1 of them on its loads of W (long scoreboard): one load round trip, nothing to overlap it
+with. T=8 5.92 and T=64 7.52 us: 218 / 209 registers, 12% occupancy, 5.1-5.2 cycles per issue, 1.3-2.1
+of them on loads: with few warps, the FMA chains per thread.
 
 red_fixup.py's header, unchanged (its figures are the parent's):
 
