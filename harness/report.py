@@ -49,6 +49,9 @@ class Change:
     diff: str = ""  # unified diff against that; empty with `diff_note` saying why
     diff_note: str = ""
     contract_error: str | None = None  # the file breaks the candidate contract: not evaluated
+    # Earlier content hashes of the same code (documentation edits apart: the promotions `harness rehash`
+    # carried), whose kernel profiles stand for this file's.
+    same_code_hashes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in CHANGE_KINDS:
@@ -242,7 +245,11 @@ PROFILE_COLUMNS = (("duration_us", "duration us", us), ("dram_throughput_pct", "
                    ("floor_fraction", "floor fraction", pct), ("issue_active_pct", "issue %", g3))  # fmt: skip
 
 
-def profile_section(profiles: Sequence[dict[str, Any]], task: str, name: str) -> list[Block]:
+def profile_section(
+    profiles: Sequence[dict[str, Any]], task: str, name: str, own_hash: str | None = None
+) -> list[Block]:
+    """The latest profile per shape of a file; `own_hash` (the file's content hash): profiles of other bytes
+    (the same code, `Change.same_code_hashes`) say which bytes ran."""
     if not profiles:
         return [Para(f"No Nsight Compute profile recorded for this file (`harness profile task={task} "
                      f"candidate={name}` on a GPU with ncu).", cls="note")]  # fmt: skip
@@ -255,8 +262,11 @@ def profile_section(profiles: Sequence[dict[str, Any]], task: str, name: str) ->
         cells += ["-" if p.get(key) is None else fmt(p[key]) for key, _, fmt in PROFILE_COLUMNS]
         rows.append((*cells, pipes_cell(p) or "-", stalls_cell(p) or "-"))
     first = next(iter(latest.values()))
+    others = sorted({p["candidate_hash"][:12] for p in latest.values() if own_hash and p["candidate_hash"] != own_hash})
+    of = (f" Profiled as `{'`, `'.join(others)}`: the same code as this file, documentation edits apart."
+          if others else "")  # fmt: skip
     return [Para(f"Nsight Compute {first.get('ncu_version', '')} ({first.get('ncu_options', '')}), run "
-                 f"`{first.get('run_id', '-')}`."),
+                 f"`{first.get('run_id', '-')}`.{of}"),
             Table(("shape", "status", "kernels", *(h for _, h, _ in PROFILE_COLUMNS), "pipes %, busiest first",
                    "largest stalls, warp cycles per issue"), tuple(rows))]  # fmt: skip
 
@@ -323,8 +333,9 @@ def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) 
                                       v.against_promoted.values())))  # fmt: skip
         blocks += [Heading(4, "Cheat checks"), *cheat_section(rows, checks)]
         blocks += [Heading(4, "Nsight Compute"),
-                   *profile_section([p for p in t.profiles if p.get("candidate_hash") == c.content_hash], t.task,
-                                    c.label)]  # fmt: skip
+                   *profile_section([p for p in t.profiles if p.get("candidate_hash") in
+                                     {c.content_hash, *c.same_code_hashes}], t.task, c.label,
+                                    c.content_hash)]  # fmt: skip
     if c.kind != "deleted":
         blocks.append(Heading(4, "Diff"))
         if c.diff_against:

@@ -309,6 +309,21 @@ def _promoted_edit_note(
             "force beyond noise on one shape; after a tie, restore the promoted bytes)")  # fmt: skip
 
 
+def _same_code_hashes(repo: Path, c: Change, cand: candidate_files.Candidate | None,
+                      promoted: PromotionRecord | None, results_dir: Path) -> tuple[str, ...]:  # fmt: skip
+    """Earlier content hashes whose kernel profiles stand for `c`: where its bytes are the promoted kernel's
+    code (documentation edits apart), the promotion's and those it carries (`harness rehash`); else none."""
+    if cand is None or not _replaces_promoted(c, promoted):
+        return ()
+    same = cand.content_hash == promoted.content_hash or promoted_source.same_code(
+        repo, promoted, cand.path.read_bytes()
+    )
+    if not same:
+        return ()
+    return tuple(r.content_hash for r in promote.same_code_chain(c.task, promoted, results_dir)
+                 if r.content_hash != cand.content_hash)  # fmt: skip
+
+
 # ---- the command -----------------------------------------------------------------------------------------
 def run_review(settings: ReviewSettings, echo=print) -> Review:
     """Evaluate what changed and build the Review (nothing written but the runner's records)."""
@@ -348,7 +363,10 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
                 note = _promoted_edit_note(repo, c, cand, promoted)
                 if note:
                     verdicts[c.path] = dataclasses.replace(verdicts[c.path], reason=verdicts[c.path].reason + note)
-            hashes = {c.content_hash for c in changes if c.content_hash}
+            changes = tuple(dataclasses.replace(c, same_code_hashes=_same_code_hashes(repo, c, cand, promoted,
+                                                                                      settings.results_path))
+                            for c, cand in entries)  # fmt: skip
+            hashes = {h for c in changes for h in (c.content_hash, *c.same_code_hashes) if h}
             tasks.append(TaskReview(
                 name, changes, verdicts, records, result.run.run_id if result else None, promoted,
                 promoted_name if result else None, note, reason if result else "",

@@ -15,7 +15,7 @@ from harness.optimized_model import CandidateChoice, load_candidate_op
 from harness.records import PROMOTIONS_FILE, EvaluationRecord, PromotionRecord, Status, Timing, append
 from harness.regression import Thresholds
 from harness.rehash import RehashError, RehashSettings, carried_promotion, main
-from harness.report import Change
+from harness.report import Change, profile_section
 
 KERNEL = '''"""output_gate, written out. Not yet run on a GPU."""
 
@@ -173,3 +173,32 @@ def test_review_says_what_an_edit_of_the_promoted_file_does_to_the_optimized_mod
     assert note(KERNEL) == ""  # the promoted bytes themselves
     other = Change("output_gate", "candidate_kernels/output_gate/other.py", "added")
     assert review._promoted_edit_note(repo, other, None, promotion) == ""
+
+
+def test_review_shows_the_kernel_profiles_of_the_same_code_for_a_documentation_only_edit(repo):
+    results = repo / "results"
+    promotion = promote.promoted("output_gate", results)
+    edit = Change("output_gate", PATH, "modified")
+
+    def same_code(text: str, promoted: PromotionRecord, change: Change = edit) -> tuple[str, ...]:
+        (repo / PATH).write_text(text)
+        cand = review.candidate_files.load(repo / PATH, "output_gate", "output_gate")
+        return review._same_code_hashes(repo, change, cand, promoted, results)
+
+    assert same_code(KERNEL, promotion) == ()  # the promoted bytes: their own hash finds their profiles
+    assert same_code(_docs_edited(KERNEL), promotion) == (promotion.content_hash,)  # not yet rehashed
+    assert same_code(KERNEL.replace("SCALE = 1.0", "SCALE = 3.0"), promotion) == ()  # other code
+    other = Change("output_gate", "candidate_kernels/output_gate/other.py", "added")
+    assert same_code(_docs_edited(KERNEL), promotion, other) == ()  # not the promoted file
+    append(results / "output_gate" / PROMOTIONS_FILE, carried_promotion("output_gate", results, repo))
+    carried = promote.promoted("output_gate", results)
+    assert same_code(_docs_edited(KERNEL), carried) == (promotion.content_hash,)  # rehashed: through the chain
+
+    # The report shows the other bytes' profile and says which bytes ran.
+    profile = {"candidate_hash": promotion.content_hash, "shape_label": "T=1", "status": "profiled",
+               "run_id": "p-1", "kernels": ["_gate"], "duration_us": 1.5, "created_utc": "2026-12-04"}  # fmt: skip
+    (para, table) = profile_section([profile], "output_gate", "written_out", carried.content_hash)
+    assert f"Profiled as `{promotion.content_hash[:12]}`: the same code as this file" in para.text
+    assert table.rows[0][:4] == ("`T=1`", "profiled", "1", "1.50")
+    (para, _) = profile_section([profile], "output_gate", "written_out", promotion.content_hash)
+    assert "Profiled as" not in para.text

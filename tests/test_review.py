@@ -3,6 +3,7 @@ real browser, and the command end to end on a git repository (CPU, planted candi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -211,6 +212,22 @@ def test_the_report_carries_every_section():
                    "| 41.2 | fma 23 xu 18 alu 15 fp64 9 | long_scoreboard 9.6 wait 2.2 not_selected 0.7 of 13.4 |",
                    "```diff", "+    num_warps = 8", "## Environment", "| torch | 2.11.0+cu130 |"):  # fmt: skip
         assert needle in text, needle
+
+
+def test_a_file_shows_the_profiles_of_its_code_under_earlier_bytes_and_says_so():
+    r = fixed_review()
+    t = r.tasks[0]
+    earlier = dict(PROFILE, candidate_hash="e" * 64)  # fast_rows' code before a documentation-only edit
+
+    def markdown(changes: tuple[Change, ...]) -> str:
+        return review_markdown(dataclasses.replace(r, tasks=(dataclasses.replace(t, changes=changes,
+                                                                                 profiles=(earlier,)),)))  # fmt: skip
+
+    assert "| 168.20 |" not in markdown(t.changes)  # another file's profile is not this one's
+    same = tuple(dataclasses.replace(c, same_code_hashes=("e" * 64,)) if c.candidate == "fast_rows" else c
+                 for c in t.changes)  # fmt: skip
+    text = markdown(same)
+    assert "| 168.20 |" in text and "Profiled as `eeeeeeeeeeee`: the same code as this file" in text
 
 
 def test_the_autotuners_choices_are_shown_without_dtypes_and_defaults():
