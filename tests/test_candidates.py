@@ -276,6 +276,55 @@ def test_flat_gemv_rounds_every_row_once_at_any_width(tmp_path):
     assert len(gemv_configs) > 1 and not failures, "\n".join(failures)
 
 
+# ---- fuse_norm/mixed_squares: squares built from their bits, on rows the task never draws ----------------
+def test_mixed_squares_gives_its_parents_bits_on_zero_tiny_infinite_and_nan_rows(tmp_path):
+    """mixed_squares builds most squares' FP64 values from their bits: zero squares and FP32-subnormal ones
+    come out as junk near 2^-127 (its header says why no result sees it), inf and NaN stay so. With each GPU
+    config forced, as shipped and with 6 of every 8 columns the integer way, rows of zeros, a tie only the
+    exact sum resolves (1 + 2^-24), squares below FP32's normal range, an inf and a NaN give pdl_row_warps'
+    outputs (every square converted) bit for bit, NaN where it gives NaN; at eps = 0, where the junk would
+    reach the zero row's result (0 instead of NaN), the launcher converts every square."""
+    import torch
+    import triton
+
+    folder = REPO_ROOT / "candidate_kernels" / "fuse_norm"
+    path = folder / "mixed_squares.py"
+    configs = _gpu_configs(TASKS["fuse_norm"], path, tmp_path)
+    module, parent = _load_module(path), _load_module(folder / "pdl_row_warps.py")
+    gen = torch.Generator().manual_seed(5)
+    T, D = 7, 96
+    y = torch.randn(T, D, generator=gen)
+    y[1] = 0.0
+    y[2] = 0.0
+    y[2, 0], y[2, 1] = 1.0, 2.0**-12  # a sum of squares of 1 + 2^-24, half an FP32 ulp above 1
+    y[3] = 2.0**-70 * torch.randn(D, generator=gen).sign()  # squares of 2^-140: FP32 subnormals
+    y[4, 5] = float("inf")
+    y[5, 9] = float("nan")
+    y[6, : D // 2] = 0.0
+    y = y.to(torch.bfloat16)
+    h = torch.randn(T, D, generator=gen).to(torch.bfloat16)
+    w_post, w_pre = (1 + 0.1 * torch.randn(2, D, generator=gen)).to(torch.bfloat16)
+    shipped, failures, tried = module._fuse_norm_ring_kernel.configs, [], 0
+    try:
+        for kwargs in configs:
+            for mixed in sorted({kwargs["MIXED"], 6}):
+                module._fuse_norm_ring_kernel.configs = [triton.Config({**kwargs, "MIXED": mixed})]
+                for eps in (1e-6, 0.0):
+                    got = module.norm_residual_norm(y, h, w_post, w_pre, 3, eps)
+                    want = parent.norm_residual_norm(y, h, w_post, w_pre, 3, eps)
+                    tried += 1
+                    for name, g, w in zip(("h'", "x"), got, want, strict=True):
+                        same = (g.view(torch.int16) == w.view(torch.int16)) | (g.isnan() & w.isnan())
+                        if not bool(same.all()):
+                            rows = sorted({int(r) for r in (~same).nonzero()[:, 0]})
+                            failures.append(f"{kwargs} MIXED={mixed} eps={eps}: {name} differs in rows {rows}")
+    finally:
+        module._fuse_norm_ring_kernel.configs = shipped
+    assert tried >= 2 * len(configs) > 2 and not failures, "\n".join(failures)
+    want = parent.norm_residual_norm(y, h, w_post, w_pre, 3, 0.0)
+    assert bool(want[1][1].isnan().all())  # the zero row at eps = 0: 0 * rsqrt(0); the junk would give 0
+
+
 @pytest.mark.gpu
 def test_pdl_stream_words_computes_the_task_function_on_two_streams_at_once():
     """Its split-K words are per stream: 40 calls queued on each of two streams behind a spin, so that the

@@ -1,119 +1,60 @@
-"""fuse_norm: row_warps launched as a programmatic dependent of the kernel before it (PDL), waiting for it first.
+"""fuse_norm: pdl_row_warps with part of each row's squares made FP64 by integer operations, not conversions.
 
-Author: human (kernels team, issue 4), hand-written. Parent: row_warps.py, whose code this is
-but for the launch.
+Author: human (kernels team, issue 4), hand-written. Parent: pdl_row_warps.py (the promoted kernel), whose
+code, launch (PDL) and configs this is but for the squares and one config.
 
-What changes, and why. The parent's kernel starts with griddepcontrol.wait: none of its programs reads or
-writes anything before the kernel ahead of it in the stream has completed and its writes are visible,
-exactly as after an ordinary launch. Every GPU config launches with launch_pdl (CUDA's programmatic
-stream serialization), so the GPU may start dispatching this kernel's programs as the previous kernel's
-programs exit, before that kernel's completion is processed; at decode sizes, where a call is mostly
-launch and latency, that is a fraction of a microsecond per call. Nothing here triggers the next kernel
-early (no griddepcontrol.launch_dependents): what the previous kernel gives this one, any previous
-kernel gives it, so the harness's back-to-back calls time what a decode step gets. Results, numerics
-and configs are the parent's; the Triton interpreter (no griddepcontrol) runs the parent's code.
-Programmatic dependent launch needs Hopper or later.
+Why. At T = 1 a row is one program on one SM, and its two exact sums of squares convert each FP32 square
+to FP64 (F2F.F64.F32): 2 x 5120 conversions, which Hopper runs at 16 per clock per SM (the CUDA C++
+Programming Guide's arithmetic-throughput table, compute capability 9.0): about 640 clocks, 0.33 us at
+1.98 GHz, the 0.35 us the exact sums were measured to cost (twenty-second session, results/README.md).
+Here MIXED of every 8 columns build their FP64 value from the FP32 square's bits with a shift and an add
+on the integer pipes instead, so that the conversion and integer pipes share the work.
 
-Measured on the H200 (twenty-fourth session, results/gpu_logs/2026-12-03-session24/pdl_sweep.py: the harness's
-timer, CUDA-graph windows over 64 rotated input sets, interleaved; each variant autotuned itself in the one
-process), p50 us, the parent as committed -> with this launch; in brackets the same plus
-griddepcontrol.launch_dependents after the wait, not used: back to back it lets each call start the next
-one early, which a decode step gets only where the kernel before this one triggers too:
-  T=1  2.59 -> 2.32 (2.16);  T=8  3.49 -> 3.21 (3.01)
-  one launch moving the same bytes, timed beside them: 1.14 / 1.25
-Both outputs bit-exact with the reference op at both shapes, every variant.
-In the harness (`harness run task=fuse_norm "candidates=[pdl_row_warps,row_warps]"`, run
-20261203T192659-3c9d8a, 97de06c), p50 us against row_warps beside it: T=1 **2.37** (p20-p80 2.30-2.41) / 2.65,
-T=3 2.80 / 3.08, T=8 3.01 / 3.28, T=64 3.86 / 4.09, T=1000 11.54 / 12.82, T=16384 169.75 / 171.12 (in-child
-torch.compile 3.03, 3.55, 3.87, 4.86, 14.32, 184.89); bit-exact at every shape. Promoted; the GPU tests of
-the optimized model passed with it (9 of 9).
-Goals: T = 1 <= 2.3 us missed by 0.07 us (its p20 reached 2.30); the exact sums of squares cost 0.35 us
-there (twenty-second session), so FP32 sums would meet it but fail parity (row_warps' header, below).
-T = 16384 <= 165 us missed by 4.75 us: 93% of the copy floor, where PDL hides only the launches between
-calls of a window.
-Where T = 16384's time goes (twenty-ninth session; `harness profile task=fuse_norm candidate=pdl_row_warps`,
-Nsight Compute with warp stall reasons, one cold call: 173.8 us). The pick, 2 ring programs of 4 warps per
-SM at 226 registers, keeps 8 warps on an SM (12.4% occupancy); DRAM ran at 77.3% of peak and the
-schedulers issued in 47.5% of cycles (XU pipe 51%: the FP64 and BF16 conversions). A warp waited 4.19
-cycles per issued instruction: 1.06 on fixed-latency dependencies (wait), 0.87 on shared memory (short
-scoreboard: the ring's tiles, the block reductions) and only 0.37 on DRAM (long scoreboard). The ring
-hides DRAM's latency; what is left is each row's serial chain with two warps per scheduler to issue
-from. More programs per SM lose: 3 or 4 ring programs of 4 warps (registers capped at 168 / 128 to fit,
-32 / 70-74 spills) ran 210.8-285.5 us against the pick's 170.8, and two torch elementwise copies of
-the same traffic took 162.8 us, in one process (results/gpu_logs/2026-12-04-session29/fuse_programs_sweep.py);
-programs of 8 warps lost in the eleventh session (a longer block reduction per row). The goal is 2.2 us
-above torch's copies of the bytes. T = 1's cold call (5.1 us) waits on its loads and on instruction and
-constant cache misses (long_scoreboard 1.55, no_instruction 0.95, imc_miss 0.54 of 4.68 cycles), which
-the graph replays the harness times (2.37 us) do not pay.
+The integer way (_squares64). For the bits f of the FP32 square of |x| (sign bit 0, a NaN's too), the
+FP64 value with upper word (f >> 3) + 0x70000000 and lower word 0 has the square's significand and
+exponent e + 1792 instead of e + 896: it is the square times 2^896, exactly, for every normal square (a
+BF16 value's square has at most 16 significant bits, so the 3 bits shifted out are zero); inf stays inf
+and NaN stays NaN (exponent 255 -> 2047). _unscale multiplies by 2^-896 (exact) once per column after the
+fold, or per value unfolded. Zero squares and FP32-subnormal ones (|x| < 2^-63) come out as junk between
+2^-127 and 2^-126 instead, at most 5120 x 2^-126 < 2^-113 in a row: an FP64 addition with a partial sum
+>= 2^-60 drops it exactly, and a row whose sum is below 2^-60 has mean(x^2) < 2^-72, under half an ulp
+of any eps >= 2^-40, so mean + eps rounds to the same FP32 value either way. For eps < 2^-40
+(MIXED_EPS_MIN) the launcher passes MIXED_OK=False and every square is converted, as in the parent.
+tests/test_candidates.py checks these cases (zeros, a tie, FP32-subnormal squares, inf, NaN, eps = 0)
+against the parent under the interpreter, every config forced.
 
-row_warps.py's header, unchanged (its figures are the parent's):
-
-fuse_norm, packed_ring.py with plain configs of 8 and 16 warps: more threads on the one row of a decode step.
-
-Author: human (kernels team, issue 4), hand-written. Child of packed_ring.py (the promoted kernel):
-the same persistent programs, TMA ring of rows, plain register-prefetch path with rounding points 1
-and 2 converted in pairs, numerics and bits. The one change: two more plain configs, a program of
-16 warps (10 elements of the row per thread) and programs of 8 warps (20), registers capped at 128
-so that they fit an SM.
-
-Why it might be faster at T <= 64: there, each row is one program of 4 warps (packed_ring's plain
-configs), one warp per scheduler, every thread holding 40 of the row's 5120 values of each input.
-Its SASS (`harness inspect task=fuse_norm candidate=packed_ring`) has 1312 instructions at 4 warps,
-82 of them conversions and 122 FP64, and at T = 1 each thread runs them once: a serial chain per
-thread, with no other warp on its scheduler to hide its latencies, between one load round trip and
-the stores. 16 warps give each thread a quarter of that and each scheduler four warps; the price is a
-block-wide reduction across 16 warps instead of 4, twice per row.
-
-Floor (bytes / 4275 GB/s, bytes = 4*T*D*2 + 2*D*2, D = 5120):
-  T=1      41 KB   -> 0.01 us: latency bound, the floor is the launch (~2 us graph replay)
-  T=16384  671 MB  -> 157.0 us (goal <= 165 us, >= 95% of the copy ceiling)
-packed_ring on the H200 (thirteenth session, 4d58156, results/README.md): T=1 2.63 us (goal <= 2.3),
-T=16384 171.12 us.
-
-Measured on the H200 (fourteenth session, results/README.md; `harness run task=fuse_norm
-"candidates=[row_warps,packed_ring]"` at 8d10065, then beside the same-bytes copy at 7aef336), p50 us,
-bit-exact with the reference at every shape:
-  T=1 2.63 / 2.61, T=3 2.93 / 3.04, T=8 3.22 / 3.31, T=64 4.01 / 4.16, T=1000 12.96 / 12.79,
-  T=16384 171.20 / 171.86 (92% of the floor); in-child torch.compile (which fails parity) 3.06 /
-  3.04 at T=1 and 184.93 / 187.23 at T=16384. Promoted over packed_ring on an autotuner pick at
-  T=1000 (12.96 against packed_ring's 19.50, which ran 12.92 with the same config before).
-  Its autotuner took none of the new 8- and 16-warp plain configs: at T <= 64 this file ran
-  packed_ring's configs, and the same figures within 0.03 us. Forced one at a time at T=1 (twenty-first
-  session, `fuse_norm_t1_sweep.py`, the harness's interleaved graph timer, all bit-exact): plain 4
-  warps 2.80 (folded) / 2.92 us, 8 warps 7.46 / 3.21, 16 warps 12.44 / 3.31, 32 warps (the prune's
-  limit lifted) 12.93 / 4.29, the ring 3.22 (4 warps) / 3.49 (8); the file's own pick (4 warps,
-  folded, 168 registers) 2.75 and the same-bytes launch 1.15 in the same process. More threads per
-  row cost more than the shorter chain per thread saves: T=1 waits on the 4-warp chain.
-Goals missed:
-  - T=1 <= 2.3 us, by 0.31-0.33 us. One launch moving the same bytes took 1.09 us in the same child
-    (7aef336): the kernel's own chain (one row per program; two block-wide reductions of exact FP64
-    sums, three rounding points) takes the rest. Offline SASS of the winning 4-warp plain config:
-    1312 instructions (122 FP64, 82 conversions), 6 barriers, no spills. The exact sums cost 0.35
-    us of it (twenty-second session, results/README.md): this file with its two folded plain configs
-    summing in FP32 (fp32_sums, removed) ran T=1 in 2.33 against 2.68 us beside it, but failed parity
-    at T=64 and 16384, where a one-ulp flip of the post-norm grew to 66 ulps of h' through the
-    cancellation at rounding point 2; building each FP64 square from the BF16 bits instead of a
-    conversion (bit_squares, removed) was slower (T=1 2.88, T=16384 182.58 against 171.17).
-  - T=16384 <= 165 us, by 6.2-6.9 us: 92% of the 157.0 us floor; Nsight Compute read 78.2% of DRAM
-    peak for the ring (tma_ring, 171.4 us); two torch copies of the same traffic took 164.8-167.2 us
-    in one process (eleventh session).
+Measured on the H200 (twenty-ninth session, results/gpu_logs/2026-12-04-session29/mixed_squares_sweep.py: the
+harness's timer in one process, each variant its own module with one config forced, every output bit-exact
+with the reference op), p50 us, pdl_row_warps' picks with MIXED forced:
+  T=1      (folded plain, 4 warps)  MIXED 0 (the parent's code) 2.56, 2 2.47, 3 2.43, 4 2.43, 5 2.43, 6 2.41,
+                                    8 2.42; pdl_row_warps autotuned 2.55; one launch moving the same bytes 1.14
+  T=8      (the same config)        MIXED 0 3.17, 4 3.21, 5 3.23, 6 3.19
+  T=64     (the same config)        MIXED 0 3.87, 4 3.87, 5 3.91, 6 3.89
+  T=16384  (2 ring programs)        MIXED 0 171.15, 4 172.57, 8 174.82
+Hence the parent's configs as they are and one more: the T = 1 pick with MIXED = 6. `harness inspect`
+(sm_90a) of that config: 1371 SASS instructions, 22 conversions, 134 FP64, against the parent's 1313, 82
+and 122 (the sweep ran it without the tl.abs now before the square, which FMUL takes as an operand
+modifier: 1353, 42 and 130 at MIXED = 4).
+Floor: the parent's (T=1: the launch; T=16384: 671 MB -> 157.0 us at 4275 GB/s). Goals: T=1 <= 2.3 us,
+T=16384 <= 165 us (pdl_row_warps.py's header says why the latter is missed: this file runs its code there).
 
 Numerics: those of persistent_prefetch.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
   h'   = bf16(f32(h) * a + f32(post) * b)                   rounding point 2
   x    = bf16((f32(h') * rsqrt(mean(h'^2) + eps)) * w_pre)  rounding point 3
 torch's operation order, no FMA contraction (enable_fp_fusion=False), mean(x^2) from the exact
-sum of squares (FP64 sums of the exact FP32 squares of BF16 values: order-independent, correctly
-rounded), a and b rounded from double to FP32 like torch's scalar, libdevice rsqrt on the GPU
-(tl.rsqrt under the interpreter, which has no libdevice). Out-of-bounds columns of a TMA tile
-arrive as zeros, so they add nothing to the sums, as the masked lanes of the plain path.
+sum of squares (FP64 sums of the exact FP32 squares of BF16 values, some of them 2^896 times the
+square until unscaled (above): order-independent, correctly rounded), a and b rounded from double to
+FP32 like torch's scalar, libdevice rsqrt on the GPU (tl.rsqrt under the interpreter, which has no
+libdevice). Out-of-bounds columns of a TMA tile arrive as zeros, which add nothing to the sums but the
+junk above (the masked lanes of the plain path alike).
 
 Launch: grid = min(T, PROGRAMS_PER_SM x #SMs). A row is a head of HEAD_ROWS x WIDTH (the largest
 power of two <= D) and, when D is not a power of two, a tail of WIDTH = next_pow2(D - head)
 columns (D = 5120 = 4 x 1024 + 1024: no padded lane). The ring reads the head through a 3-D view
 [T, HEAD_ROWS, WIDTH] and the tail through [T, D]; TMA needs 16-byte aligned bases and row
 strides (D % 8 == 0 for BF16), else only the plain configs run. (PROGRAMS_PER_SM, STAGES,
-num_warps, RING, FOLD) are autotuned per (D, T bucket, TMA allowed), decode-size buckets timed as
+num_warps, RING, FOLD, MIXED) are autotuned per (D, T bucket, TMA allowed), decode-size buckets timed as
 CUDA-graph replays (_time_config), the winner kept in Triton's cache.
 
 Shape legend: T tokens, D hidden.
@@ -134,8 +75,9 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 CANDIDATE = {
     "author": "human",
     "model": None,
-    "parent": "row_warps",
-    "idea": "row_warps launched as a programmatic dependent of the previous kernel, waiting for it before any load",
+    "parent": "pdl_row_warps",
+    "idea": "pdl_row_warps with 6 of every 8 columns' squares made FP64 by integer operations (shift, add) instead "
+    "of F2F conversions, at T = 1, where one SM's conversion pipe bounds the two exact sums",
 }
 
 # TRITON_INTERPRET is read when kernels are decorated; the interpreter has no libdevice and runs
@@ -189,11 +131,16 @@ def _configs() -> list[triton.Config]:
     # Plain, new here: one program of 16 warps or two of 8 per SM, capped at 128 registers (65536 per SM).
     ring = ((2, 3, 4, None), (2, 4, 4, None), (2, 3, 8, 128), (2, 4, 8, 128))
     plain = ((2, 4, None, True), (3, 4, 168, True), (2, 4, None, False), (1, 16, 128, True), (2, 8, 128, True))
-    pdl = {"launch_pdl": True, "MIXED": 4}  # every GPU config (see the header)
-    configs = [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": True, "FOLD": False, **pdl}, num_warps=w,
-                             maxnreg=r) for p, s, w, r in ring]  # fmt: skip
-    configs += [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": 1, "RING": False, "FOLD": f, **pdl}, num_warps=w,
-                              maxnreg=r) for p, w, r, f in plain]  # fmt: skip
+    pdl = {"launch_pdl": True}  # every GPU config (see the header)
+    configs = [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": True, "FOLD": False, "MIXED": 0, **pdl},
+                             num_warps=w, maxnreg=r) for p, s, w, r in ring]  # fmt: skip
+    configs += [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": 1, "RING": False, "FOLD": f, "MIXED": 0, **pdl},
+                              num_warps=w, maxnreg=r) for p, w, r, f in plain]  # fmt: skip
+    # New here: pdl_row_warps' pick at T = 1 (folded, 4 warps) with 6 of every 8 columns squared the integer
+    # way (mixed_squares_sweep.py, twenty-ninth session: MIXED 2-8 ran 2.41-2.47 us against 2.56 at T = 1, no
+    # faster at T = 8 or 64, slower at T = 16384 in the ring); the autotuner weighs it beside the rest.
+    configs.append(triton.Config({"PROGRAMS_PER_SM": 2, "STAGES": 1, "RING": False, "FOLD": True, "MIXED": 6, **pdl},
+                                 num_warps=4))  # fmt: skip
     return configs
 
 
@@ -263,7 +210,8 @@ def _squares64(x, cols, MIXED: tl.constexpr):
     """x^2 in FP64 for x in FP32 holding BF16 values (exact FP32 squares): columns with cols % 8 < MIXED
     the integer way (module header), the others by conversion (F2F.F64.F32). Integer-way values are
     2^896 times the square; _unscale takes that back."""
-    sq = x * x
+    magnitude = tl.abs(x)  # a NaN's sign too: NaN squares must keep a clear sign bit (below); free on the GPU
+    sq = magnitude * magnitude  # (FMUL's operand modifiers)
     converted = sq.to(tl.float64)
     if MIXED == 0:
         return converted
