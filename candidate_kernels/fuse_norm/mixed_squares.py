@@ -35,8 +35,15 @@ Hence the parent's configs as they are and one more: the T = 1 pick with MIXED =
 (sm_90a) of that config: 1371 SASS instructions, 22 conversions, 134 FP64, against the parent's 1313, 82
 and 122 (the sweep ran it without the tl.abs now before the square, which FMUL takes as an operand
 modifier: 1353, 42 and 130 at MIXED = 4).
-Floor: the parent's (T=1: the launch; T=16384: 671 MB -> 157.0 us at 4275 GB/s). Goals: T=1 <= 2.3 us,
-T=16384 <= 165 us (pdl_row_warps.py's header says why the latter is missed: this file runs its code there).
+In the harness (`harness run task=fuse_norm "candidates=[mixed_squares,pdl_row_warps]" bench.max_seconds=3`,
+run 20261204T154249-f0f0a1 at cd83e12, results/gpu_logs/2026-12-04-session29/), p50 us against pdl_row_warps
+beside it, bit-exact at every shape: T=1 **2.25** (p20-p80 2.22-2.28) / 2.38, T=3 2.80 / 2.80, T=8 3.05 /
+3.01, T=64 3.86 / 3.86, T=1000 11.45 / 11.54, T=16384 169.81 / 169.84 (in-child torch.compile 3.09, 3.53,
+3.81, 4.86, 14.30, 184.85, failing parity). The autotuner took the MIXED = 6 config at T = 1, 8, 64 and
+1000, the parent's configs at T = 3 and 16384. Promoted over pdl_row_warps.
+Floor: the parent's (T=1: the launch; T=16384: 671 MB -> 157.0 us at 4275 GB/s). Goals: T=1 <= 2.3 us
+met, by 0.05 us (the same-bytes launch took 1.14 us in the sweep's process); T=16384 <= 165 us missed by
+4.8 us (pdl_row_warps.py's header says why: this file runs its code there).
 
 Numerics: those of persistent_prefetch.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1
