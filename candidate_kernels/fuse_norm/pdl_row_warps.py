@@ -30,7 +30,8 @@ the optimized model passed with it (9 of 9).
 Goals: T = 1 <= 2.3 us missed by 0.07 us (its p20 reached 2.30); the exact sums of squares cost 0.35 us
 there (twenty-second session), so FP32 sums would meet it but fail parity (row_warps' header, below).
 T = 16384 <= 165 us missed by 4.75 us: 93% of the copy floor, where PDL hides only the launches between
-calls of a window.
+calls of a window. Replaced in force by mixed_squares.py (twenty-ninth session: T = 1 2.25 against 2.38 us,
+this code elsewhere).
 Where T = 16384's time goes (twenty-ninth session; `harness profile task=fuse_norm candidate=pdl_row_warps`,
 Nsight Compute with warp stall reasons, one cold call: 173.8 us). The pick, 2 ring programs of 4 warps per
 SM at 226 registers, keeps 8 warps on an SM (12.4% occupancy); DRAM ran at 77.3% of peak and the
