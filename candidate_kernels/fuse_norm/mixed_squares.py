@@ -241,8 +241,9 @@ def _mean_of_squares(head, tail, N_COLS: tl.constexpr, HAS_TAIL: tl.constexpr, F
     """mean(x^2) over the row, FP32, from the EXACT sum: x holds BF16 values, whose squares are exact
     in FP32 and whose sum of a few thousand is exact in FP64, so the result is the correctly rounded
     mean, whatever the summation order. FOLD: the head's rows fold onto the tail's columns first, one
-    block-wide reduction, the integer-way columns unscaled once each after the fold; else head and tail
-    are reduced to a scalar each, each integer-way value unscaled first. MIXED: _squares64."""
+    block-wide reduction, the integer-way columns unscaled once each after the fold (faster at few rows:
+    persistent_prefetch T = 1 3.13 against 3.41 us); else head and tail are reduced to a scalar each, each
+    integer-way value unscaled first (faster at T = 16384: 187.7 against 207.0 us). MIXED: _squares64."""
     cols = tl.arange(0, head.shape[1])
     if FOLD:
         partial = tl.sum(_squares64(head, cols[None, :], MIXED), axis=0)
