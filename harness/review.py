@@ -360,9 +360,9 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
             verdicts, reason = judge(changes, records, promoted, promoted_name if result else None,
                                      [s.label for s in task.shapes], settings.max_regression_pct)  # fmt: skip
             for c, cand in entries:
-                note = _promoted_edit_note(repo, c, cand, promoted)
-                if note:
-                    verdicts[c.path] = dataclasses.replace(verdicts[c.path], reason=verdicts[c.path].reason + note)
+                edit_note = _promoted_edit_note(repo, c, cand, promoted)
+                if edit_note:
+                    verdicts[c.path] = dataclasses.replace(verdicts[c.path], reason=verdicts[c.path].reason + edit_note)
             changes = tuple(dataclasses.replace(c, same_code_hashes=_same_code_hashes(repo, c, cand, promoted,
                                                                                       settings.results_path))
                             for c, cand in entries)  # fmt: skip

@@ -202,3 +202,15 @@ def test_review_shows_the_kernel_profiles_of_the_same_code_for_a_documentation_o
     assert table.rows[0][:4] == ("`T=1`", "profiled", "1", "1.50")
     (para, _) = profile_section([profile], "output_gate", "written_out", promotion.content_hash)
     assert "Profiled as" not in para.text
+
+
+def test_a_review_of_a_documentation_only_edit_says_where_the_promoted_bytes_came_from(repo, tmp_path):
+    """The promoted bytes are evaluated beside the edit, read from git history; the report says so, and the
+    edit's own verdict says what merging it does (each note in its place, neither overwriting the other)."""
+    (repo / PATH).write_text(_docs_edited(KERNEL))
+    settings = review.ReviewSettings(candidates=(str(repo / PATH),), device="cpu", shapes=("tiny T=1",), seeds=(1,),
+                                     results_dir=str(repo / "results"), repo_dir=str(repo), progress=False,
+                                     cache_dir=str(tmp_path / "cache"))  # fmt: skip
+    (task,) = review.run_review(settings, echo=lambda _: None).tasks
+    assert task.promoted_note.startswith("The promoted kernel was read from"), task.promoted_note
+    assert "documentation-only edit of the promoted kernel" in task.verdicts[PATH].reason
