@@ -294,34 +294,39 @@ def _given_changes(repo: Path, paths: Sequence[str], task_name: str) -> dict[str
     return by_task
 
 
-def _promoted_edit_note(
+def _promoted_relation(
     repo: Path, c: Change, cand: candidate_files.Candidate | None, promoted: PromotionRecord | None
 ) -> str:
+    """How `c` stands to the kernel in force: "" (another file, or one that did not load), "bytes" (the
+    promoted bytes), "code" (its code, documentation edits apart: candidates.code_hash) or "edit" (other
+    code). One look at the promoted bytes in git history per file."""
+    if cand is None or not _replaces_promoted(c, promoted):
+        return ""
+    if cand.content_hash == promoted.content_hash:
+        return "bytes"
+    return "code" if promoted_source.same_code(repo, promoted, cand.path.read_bytes()) else "edit"
+
+
+def _promoted_edit_note(c: Change, relation: str) -> str:
     """What merging an edit of the promoted kernel's file does to the optimized model, which loads only the
     promoted bytes (empty when `c` is not such an edit, or the promotion names its bytes already)."""
-    if cand is None or not _replaces_promoted(c, promoted) or cand.content_hash == promoted.content_hash:
-        return ""
-    if promoted_source.same_code(repo, promoted, cand.path.read_bytes()):
+    if relation == "code":
         return (f"; a documentation-only edit of the promoted kernel (the same code): the optimized model refuses "
                 f"the new bytes until `harness rehash task={c.task}` records them")  # fmt: skip
-    return (f"; edits the promoted kernel's code: the optimized model refuses the new bytes until they are "
-            f"promoted (`harness run task={c.task}` on a GPU, where they must also be faster than the version in "
-            "force beyond noise on one shape; after a tie, restore the promoted bytes)")  # fmt: skip
+    if relation == "edit":
+        return (f"; edits the promoted kernel's code: the optimized model refuses the new bytes until they are "
+                f"promoted (`harness run task={c.task}` on a GPU, where they must also be faster than the version "
+                "in force beyond noise on one shape; after a tie, restore the promoted bytes)")  # fmt: skip
+    return ""
 
 
-def _same_code_hashes(repo: Path, c: Change, cand: candidate_files.Candidate | None,
-                      promoted: PromotionRecord | None, results_dir: Path) -> tuple[str, ...]:  # fmt: skip
+def _same_code_hashes(c: Change, relation: str, promoted: PromotionRecord | None, results_dir: Path) -> tuple[str, ...]:
     """Earlier content hashes whose kernel profiles stand for `c`: where its bytes are the promoted kernel's
     code (documentation edits apart), the promotion's and those it carries (`harness rehash`); else none."""
-    if cand is None or not _replaces_promoted(c, promoted):
-        return ()
-    same = cand.content_hash == promoted.content_hash or promoted_source.same_code(
-        repo, promoted, cand.path.read_bytes()
-    )
-    if not same:
+    if relation not in ("bytes", "code"):
         return ()
     return tuple(r.content_hash for r in promote.same_code_chain(c.task, promoted, results_dir)
-                 if r.content_hash != cand.content_hash)  # fmt: skip
+                 if r.content_hash != c.content_hash)  # fmt: skip
 
 
 # ---- the command -----------------------------------------------------------------------------------------
@@ -359,13 +364,15 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
             records = result.records if result else ()
             verdicts, reason = judge(changes, records, promoted, promoted_name if result else None,
                                      [s.label for s in task.shapes], settings.max_regression_pct)  # fmt: skip
+            reviewed = []
             for c, cand in entries:
-                edit_note = _promoted_edit_note(repo, c, cand, promoted)
+                relation = _promoted_relation(repo, c, cand, promoted)
+                edit_note = _promoted_edit_note(c, relation)
                 if edit_note:
                     verdicts[c.path] = dataclasses.replace(verdicts[c.path], reason=verdicts[c.path].reason + edit_note)
-            changes = tuple(dataclasses.replace(c, same_code_hashes=_same_code_hashes(repo, c, cand, promoted,
-                                                                                      settings.results_path))
-                            for c, cand in entries)  # fmt: skip
+                same = _same_code_hashes(c, relation, promoted, settings.results_path)
+                reviewed.append(dataclasses.replace(c, same_code_hashes=same))
+            changes = tuple(reviewed)
             hashes = {h for c in changes for h in (c.content_hash, *c.same_code_hashes) if h}
             tasks.append(TaskReview(
                 name, changes, verdicts, records, result.run.run_id if result else None, promoted,

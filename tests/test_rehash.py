@@ -3,6 +3,7 @@ the nightly, the optimized model's loader and `harness review` make of such an e
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -165,14 +166,16 @@ def test_review_says_what_an_edit_of_the_promoted_file_does_to_the_optimized_mod
     def note(text: str) -> str:
         (repo / PATH).write_text(text)
         cand = review.candidate_files.load(repo / PATH, "output_gate", "output_gate")
-        return review._promoted_edit_note(repo, Change("output_gate", PATH, "modified"), cand, promotion)
+        change = Change("output_gate", PATH, "modified")
+        return review._promoted_edit_note(change, review._promoted_relation(repo, change, cand, promotion))
 
     assert "documentation-only edit of the promoted kernel" in note(_docs_edited(KERNEL))
     assert "harness rehash task=output_gate" in note(_docs_edited(KERNEL))
     assert "edits the promoted kernel's code" in note(KERNEL.replace("SCALE = 1.0", "SCALE = 3.0"))
     assert note(KERNEL) == ""  # the promoted bytes themselves
     other = Change("output_gate", "candidate_kernels/output_gate/other.py", "added")
-    assert review._promoted_edit_note(repo, other, None, promotion) == ""
+    assert review._promoted_relation(repo, other, None, promotion) == ""
+    assert review._promoted_edit_note(other, "") == ""
 
 
 def test_review_shows_the_kernel_profiles_of_the_same_code_for_a_documentation_only_edit(repo):
@@ -183,7 +186,9 @@ def test_review_shows_the_kernel_profiles_of_the_same_code_for_a_documentation_o
     def same_code(text: str, promoted: PromotionRecord, change: Change = edit) -> tuple[str, ...]:
         (repo / PATH).write_text(text)
         cand = review.candidate_files.load(repo / PATH, "output_gate", "output_gate")
-        return review._same_code_hashes(repo, change, cand, promoted, results)
+        change = dataclasses.replace(change, content_hash=cand.content_hash)
+        return review._same_code_hashes(change, review._promoted_relation(repo, change, cand, promoted), promoted,
+                                        results)  # fmt: skip
 
     assert same_code(KERNEL, promotion) == ()  # the promoted bytes: their own hash finds their profiles
     assert same_code(_docs_edited(KERNEL), promotion) == (promotion.content_hash,)  # not yet rehashed
