@@ -5,7 +5,8 @@ instruction chains, not on DRAM; no ring of more than 8 warps per program (fuse_
 ever timed. `harness inspect` (offline, sm_90a) compiles the wider programs without spills: fuse_norm 16 warps
 92 registers, 32 warps 64; qk_norm_rope whole-token rings of 8 and 16 warps 58-64.
 fuse_norm runs candidate_kernels/fuse_norm/lean_ring.py (mixed_squares with WEIGHTS_PER_ROW: the ring may load
-the norm weights per row instead of holding them); qk_norm_rope runs pdl_token_ring.py. Each config runs in
+the norm weights per row instead of holding them; refuted by this sweep and removed, so the script needs the
+tree of 6bc3e40); qk_norm_rope runs pdl_token_ring.py. Each config runs in
 its own copy of the module (its own autotuner, that one config, no prune); every output is compared bit for
 bit with the promoted file's (autotuned) output. Timed by the harness's own timer (bench.time_shape:
 interleaved, event windows after an L2 flush, rotated input sets, p20/p50/p80), with torch elementwise copies
