@@ -76,6 +76,14 @@ so that clock and thermal drift hit them alike and their ratio means something.
   7aef336, the records of 2026-12-02) timed `dst.copy_(src)`, which a graph captures as a memcpy
   node: 1.08-3.67 us at 37 KB-7.9 MB, but 55.7 us for qkv_gate_gemm's 147 MB at T = 1 and 3 against
   36.5 us at T = 8 and 64 in the same children, where the roofline is 34.6 us.
+- Larger shapes time that copy too (from the thirtieth session; decode sizes only before), in event
+  windows after the same L2 flush, one buffer pair where the inputs are one set: what torch's
+  elementwise copy reaches on the shape's bytes in this process, which a one-pass kernel can be held
+  to where the roofline's large memcpy rate is out of reach. On the H200, torch copies of fuse_norm's
+  T = 16384 traffic took 162.6 us where 4275 GB/s gives 157.0, and copies of q, k and v (32 of
+  qk_norm_rope's 35 KB per token) 135.6-135.7 us where the rate gives 125.6
+  (results/gpu_logs/2026-12-04-session30/ring_warps_sweep.log). It is skipped, with a note in the
+  records, where its buffers would take more than COPY_MEMORY_SHARE of the GPU memory still free.
 """
 
 from __future__ import annotations
@@ -461,6 +469,17 @@ def l2_flush_buffer() -> torch.Tensor:
 
 
 SAME_BYTES_COPY = "(a copy of the same bytes)"  # its key in time_shape's results: no implementation's name
+COPY_MEMORY_SHARE = 0.5  # the same-bytes copy's buffers may take at most this share of the free GPU memory
+
+
+def same_bytes_copy_unfit(copy_bytes: int, free_bytes: int) -> str | None:
+    """Why the same-bytes copy is not timed beside a shape (its buffers, `copy_bytes` in all, would take more
+    than COPY_MEMORY_SHARE of the GPU memory still free, which the implementations' outputs and workspaces
+    need), or None when it fits."""
+    if copy_bytes <= COPY_MEMORY_SHARE * free_bytes:
+        return None
+    return (f"not timed: its buffers ({copy_bytes / 2**30:.2f} GiB) would take more than "
+            f"{COPY_MEMORY_SHARE:.0%} of the {free_bytes / 2**30:.2f} GiB of GPU memory left free by the inputs")  # fmt: skip
 
 
 def same_bytes_copy(nbytes: int, n_sets: int) -> tuple[Callable[..., Any], list[dict]]:
@@ -506,10 +525,10 @@ def time_shape(
     task: Any, shape: Any, impls: dict[str, Callable[..., Any]], settings: BenchSettings, seed_base: int,
     flush: torch.Tensor | None,
 ) -> dict[str, Timing | str]:  # fmt: skip
-    """Time every implementation on one shape, interleaved, on rotating seeded inputs; at decode sizes,
-    also a copy of the shape's bytes (SAME_BYTES_COPY, module docstring). Inputs that do not fit in GPU
-    memory fail the shape for every implementation (each result says so), not the process: the next
-    shape still runs."""
+    """Time every implementation on one shape, interleaved, on rotating seeded inputs, and beside them a
+    copy of the shape's bytes (SAME_BYTES_COPY, module docstring) where its buffers fit. Inputs that do not
+    fit in GPU memory fail the shape for every implementation (each result says so), not the process: the
+    next shape still runs."""
     _release_cached_memory()  # what earlier shapes left: GBs where a task's inputs are large (moe_experts)
     input_sets, failure = drawn_or_unfit(lambda: _input_sets(task, shape, seed_base, settings))
     if failure is not None:
@@ -517,9 +536,13 @@ def time_shape(
     decode = shape.params.get("T", math.inf) <= settings.decode_max_tokens
     runs = [(name, fn, input_sets) for name, fn in impls.items()]
     failed: dict[str, str] = {}
-    if decode:
+    copy_bytes = task.cost(shape).bytes
+    unfit = same_bytes_copy_unfit(copy_bytes * len(input_sets), torch.cuda.mem_get_info()[0])
+    if unfit is not None:
+        failed[SAME_BYTES_COPY] = unfit
+    else:
         try:
-            runs.append((SAME_BYTES_COPY, *same_bytes_copy(task.cost(shape).bytes, len(input_sets))))
+            runs.append((SAME_BYTES_COPY, *same_bytes_copy(copy_bytes, len(input_sets))))
         except torch.cuda.OutOfMemoryError as e:  # the implementations are still timed
             failed[SAME_BYTES_COPY] = error_line(e)
     timers = []

@@ -168,9 +168,10 @@ class EvaluationRecord:
     floor_us: float | None = None
     floor_fraction: float | None = None  # floor_us / p50_us: 1.0 is the roofline
     suspicious: bool = False  # faster than the roofline floor allows (harness/bench.py is_suspicious)
-    # Decode sizes: p50 of one kernel moving the same bytes, timed beside this implementation the same way
-    # (harness/bench.py SAME_BYTES_COPY): what one launch takes to move them. None for event-timed shapes
-    # and in records written before it was measured; those of MEMCPY_COPY_FLOOR_COMMIT timed a memcpy node.
+    # p50 of one kernel moving the same bytes, timed beside this implementation the same way (harness/bench.py
+    # SAME_BYTES_COPY): what one launch takes to move them. None where its buffers did not fit (a baseline note
+    # says so) and in records written before it was measured: event-timed shapes have it from the thirtieth
+    # session on, decode sizes from the fourteenth; those of MEMCPY_COPY_FLOOR_COMMIT timed a memcpy node.
     copy_floor_us: float | None = None
     copy_floor_fraction: float | None = None  # copy_floor_us / p50_us
     copy_gbps: float | None = None

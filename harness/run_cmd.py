@@ -165,7 +165,7 @@ def format_run(result: runner.RunResult) -> str:
     if any(r.copy_floor_fraction is not None for r in records):
         lines.append(
             "floor: the roofline (bytes over the copy bandwidth, or flops over the GEMM rate) over p50; copy floor: "
-            "one kernel moving the same bytes, timed the same way in the same child, over p50 (decode sizes)."
+            "one kernel moving the same bytes, timed the same way in the same child, over p50."
         )
     if run.timing_skipped:
         lines.append(f"\nTimings: {run.timing_skipped}.")

@@ -915,22 +915,35 @@ def test_gpu_timings_become_speedups_floor_fractions_and_a_promotion(tmp_path):
 
 
 def test_a_copy_of_the_same_bytes_is_a_floor_of_the_record_not_a_baseline_to_beat(tmp_path):
-    """The benchmark child's same-bytes copy (decode sizes) becomes copy_floor_us and its fraction on
-    every record of that shape; it is neither a baseline nor a speedup, so it never blocks a promotion."""
+    """The benchmark child's same-bytes copy, graph-replayed or event-timed, becomes copy_floor_us and its
+    fraction on every record of that shape; it is neither a baseline nor a speedup, so it never blocks a
+    promotion. Where it was not timed (its buffers did not fit) the records say why and carry no fraction."""
     decode = _timed("cuda_graph", reference=40.0, torch_compile=3.0, candidate=2.5, **{bench.SAME_BYTES_COPY: 2.0})
-    large = _timed("events", reference=3000.0, torch_compile=185.0, candidate=170.0)  # event-timed: no copy
-    timings = {"T=1": decode, "T=16384": large}
-    task, ev, (small, big) = _records_from_a_bench_report(tmp_path, list(timings), timings)
+    large = _timed("events", reference=3000.0, torch_compile=185.0, candidate=170.0, **{bench.SAME_BYTES_COPY: 163.2})
+    unfit = bench.same_bytes_copy_unfit(2 * 2**30, 3 * 2**30)
+    middle = {**_timed("events", reference=120.0, torch_compile=15.0, candidate=12.0), bench.SAME_BYTES_COPY: unfit}
+    timings = {"T=1": decode, "T=1000": middle, "T=16384": large}
+    task, ev, (small, mid, big) = _records_from_a_bench_report(tmp_path, list(timings), timings)
     assert small.copy_floor_us == 2.0 and small.copy_floor_fraction == pytest.approx(0.8)
     assert small.floor_fraction < 0.01  # the roofline: 60 KB at the copy rate, a sliver of the call
     assert set(small.baselines_us) == set(small.speedups) == {"reference", "torch_compile"}
     assert not small.baseline_notes
-    assert big.copy_floor_us is None and big.copy_floor_fraction is None
-    promotion, _, why = promote.decide([small, big], ["T=1", "T=16384"], None, {})
+    assert big.copy_floor_us == 163.2 and big.copy_floor_fraction == pytest.approx(0.96)
+    assert set(big.baselines_us) == {"reference", "torch_compile"}
+    assert mid.copy_floor_us is None and mid.copy_floor_fraction is None
+    assert mid.baseline_notes == {bench.SAME_BYTES_COPY: unfit}
+    promotion, _, why = promote.decide([small, mid, big], list(timings), None, {})
     assert promotion is not None, why  # the copy is not a baseline the candidate had to beat
-    table = _run_table(ev, task, (small, big), None)
-    assert "copy floor" in table and " 80% " in table and "one kernel moving the same bytes" in table
-    assert bench.SAME_BYTES_COPY not in table
+    table = _run_table(ev, task, (small, mid, big), None)
+    assert "copy floor" in table and " 80% " in table and " 96% " in table
+    assert "one kernel moving the same bytes" in table and bench.SAME_BYTES_COPY not in table
+
+
+def test_the_same_bytes_copy_is_timed_where_its_buffers_take_at_most_half_the_free_memory():
+    assert bench.same_bytes_copy_unfit(671 * 2**20, 130 * 2**30) is None  # fuse_norm T = 16384 on an H200
+    assert bench.same_bytes_copy_unfit(4 * 2**30, 8 * 2**30) is None  # exactly half
+    why = bench.same_bytes_copy_unfit(4 * 2**30 + 1, 8 * 2**30)
+    assert why == "not timed: its buffers (4.00 GiB) would take more than 50% of the 8.00 GiB of GPU memory left free by the inputs"
 
 
 # ---- on the GPU: `python -m pytest -m gpu tests/test_runner.py` ---------------------------------------
@@ -1080,7 +1093,7 @@ def test_a_parity_child_whose_shape_inputs_do_not_fit_reports_that_shape_not_run
 
 
 @pytest.mark.gpu
-def test_gpu_decode_shapes_time_a_copy_of_their_bytes_beside_the_implementations():
+def test_gpu_shapes_time_a_copy_of_their_bytes_beside_the_implementations():
     import torch
 
     from tasks import get_task
@@ -1094,9 +1107,13 @@ def test_gpu_decode_shapes_time_a_copy_of_their_bytes_beside_the_implementations
     # One launch moving 60 KB: at least a graph node's cost (one that stores a float took 1.06 us on the
     # H200), and less than the eager reference's chain of kernels.
     assert 0.5 < copy.p50_us < small["reference"].p50_us, (copy, small["reference"])
-    large = bench.time_shape(task, task.shape("T=1000", torch.device("cuda")), impls, settings, 1,
+    large = bench.time_shape(task, task.shape("T=16384", torch.device("cuda")), impls, settings, 1,
                              bench.l2_flush_buffer())  # fmt: skip
-    assert set(large) == {"reference"}  # event-timed shapes: the roofline alone
+    copy = large[bench.SAME_BYTES_COPY]
+    assert copy.method == "events", copy
+    # 671 MB: no faster than the roofline's copy rate allows (157 us at 4275 GB/s, with 5% for a faster
+    # device), and faster than the eager reference, which moves those bytes several times.
+    assert 0.95 * task.cost(task.shape("T=16384", "cuda")).bytes / 4275e3 < copy.p50_us < large["reference"].p50_us
 
 
 @pytest.mark.gpu
