@@ -83,9 +83,8 @@ so that clock and thermal drift hit them alike and their ratio means something.
   T = 16384 traffic took 162.6 us where 4275 GB/s gives 157.0, and copies of q, k and v (32 of
   qk_norm_rope's 35 KB per token) 135.6-135.7 us where the rate gives 125.6
   (results/gpu_logs/2026-12-04-session30/ring_warps_sweep.log); in the harness's runs of that session
-  160.5 us (fuse_norm) and 138.6 / 136.7 us (qk_norm_rope sliding / global), while at T = 1000,
-  whose 35-37 MB per set fit the L2 less than the rotation covers, the fused kernels beat it by
-  12-22%. It is skipped, with a note in the records, where its buffers would take more than
+  160.5 us (fuse_norm) and 138.6 / 136.7 us (qk_norm_rope sliding / global), while at T = 1000 the
+  fused kernels ran 11-18% faster than it (seen, not profiled). It is skipped, with a note in the records, where its buffers would take more than
   COPY_MEMORY_SHARE of the GPU memory still free.
 """
 
