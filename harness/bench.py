@@ -84,8 +84,8 @@ so that clock and thermal drift hit them alike and their ratio means something.
   qk_norm_rope's 35 KB per token) 135.6-135.7 us where the rate gives 125.6
   (results/gpu_logs/2026-12-04-session30/ring_warps_sweep.log); in the harness's runs of that session
   160.5 us (fuse_norm) and 138.6 / 136.7 us (qk_norm_rope sliding / global), while at T = 1000 the
-  fused kernels ran 11-18% faster than it (seen, not profiled). It is skipped, with a note in the records, where its buffers would take more than
-  COPY_MEMORY_SHARE of the GPU memory still free.
+  fused kernels ran 11-18% faster than it (seen, not profiled). It is skipped, with a note in the
+  records, where its buffers would take more than COPY_MEMORY_SHARE of the GPU memory still free.
 """
 
 from __future__ import annotations
@@ -480,8 +480,10 @@ def same_bytes_copy_unfit(copy_bytes: int, free_bytes: int) -> str | None:
     need), or None when it fits."""
     if copy_bytes <= COPY_MEMORY_SHARE * free_bytes:
         return None
-    return (f"not timed: its buffers ({copy_bytes / 2**30:.2f} GiB) would take more than "
-            f"{COPY_MEMORY_SHARE:.0%} of the {free_bytes / 2**30:.2f} GiB of GPU memory left free by the inputs")  # fmt: skip
+    return (
+        f"not timed: its buffers ({copy_bytes / 2**30:.2f} GiB) would take more than {COPY_MEMORY_SHARE:.0%} "
+        f"of the {free_bytes / 2**30:.2f} GiB of GPU memory left free by the inputs"
+    )
 
 
 def same_bytes_copy(nbytes: int, n_sets: int) -> tuple[Callable[..., Any], list[dict]]:

@@ -943,7 +943,10 @@ def test_the_same_bytes_copy_is_timed_where_its_buffers_take_at_most_half_the_fr
     assert bench.same_bytes_copy_unfit(671 * 2**20, 130 * 2**30) is None  # fuse_norm T = 16384 on an H200
     assert bench.same_bytes_copy_unfit(4 * 2**30, 8 * 2**30) is None  # exactly half
     why = bench.same_bytes_copy_unfit(4 * 2**30 + 1, 8 * 2**30)
-    assert why == "not timed: its buffers (4.00 GiB) would take more than 50% of the 8.00 GiB of GPU memory left free by the inputs"
+    assert why == (
+        "not timed: its buffers (4.00 GiB) would take more than 50% of the 8.00 GiB of GPU memory "
+        "left free by the inputs"
+    )
 
 
 # ---- on the GPU: `python -m pytest -m gpu tests/test_runner.py` ---------------------------------------

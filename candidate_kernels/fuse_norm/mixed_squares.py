@@ -44,6 +44,10 @@ beside it, bit-exact at every shape: T=1 **2.25** (p20-p80 2.22-2.28) / 2.38, T=
 Floor: the parent's (T=1: the launch; T=16384: 671 MB -> 157.0 us at 4275 GB/s). Goals: T=1 <= 2.3 us
 met, by 0.05 us (the same-bytes launch took 1.14 us in the sweep's process); T=16384 <= 165 us missed by
 4.8 us (pdl_row_warps.py's header says why: this file runs its code there).
+Thirtieth session: in the harness's run 20261204T174447-fcbec4 (002809f) 170.73 us beside one kernel moving
+the same bytes, 160.46 us: the goal is 2.8% above that copy. T=1 2.19 us there. Rings of 8-32 warps per
+program and the ring reading the weights per row instead of holding them ran slower at T = 16384 (190.8-449.5
+and 180.5 us against this ring's 169.8; results/gpu_logs/2026-12-04-session30/ring_warps_sweep.log).
 
 Numerics: those of persistent_prefetch.py (reference_model/ops.py norm_residual_norm):
   post = bf16((y * rsqrt(mean(y^2) + eps)) * w_post)        rounding point 1

@@ -48,7 +48,11 @@ on every shape; had the compile in its child read as beside pdl_head_groups, bot
 bar and the rule for it (harness/promote.py) would promote it the same way: faster beyond noise and 5%
 at sliding T=16384 and global T=1000, slower by 5% nowhere (sliding T=1000 +3.6%).
 Goals: T=1 <= 2.8 us met (1.43 sliding, 1.32 global); T=16384 <= 140 / 135 us missed by 11.1 us
-(sliding, 90% of the floor) and 10.0 us (global, 92%). token_ring.py's header says where the ring's
+(sliding, 90% of the floor) and 10.0 us (global, 92%). Thirtieth session: in the harness's run
+20261204T174807-fcb5a1 (002809f) 151.52 / 145.46 us beside one kernel moving the same bytes, 138.61 / 136.73
+us: the sliding goal is 1.0% above that copy, the global one 1.3% below it. Whole-token rings of 8-16 warps
+(153.5-369.3 us) and split rings of 2-4 warps (147.9-205.0) ran slower than this file's picks (150.8 sliding,
+144.6 global; results/gpu_logs/2026-12-04-session30/ring_warps_sweep.log). token_ring.py's header says where the ring's
 time goes (Nsight Compute: DRAM at 74-79% of peak, no pipe above 27%, 12.5-33% achieved occupancy).
 This file's picks under Nsight Compute with warp stall reasons (twenty-ninth session, `harness profile
 task=qk_norm_rope candidate=pdl_token_ring`, one cold call per shape):
