@@ -68,7 +68,8 @@ def _load_module(path):
 @pytest.mark.parametrize(
     "candidate",
     (
-        "splitk_bf16x3 row_vector swap_ab_bf16x3 narrow_tiles vector_width red_fixup pdl_red_fixup pdl_stream_words"
+        "splitk_bf16x3 row_vector swap_ab_bf16x3 narrow_tiles vector_width red_fixup pdl_red_fixup pdl_stream_words "
+        "lean_row"
     ).split(),
 )
 def test_router_gemm_computes_the_task_function_with_every_gpu_config(candidate, tmp_path):
@@ -274,6 +275,51 @@ def test_flat_gemv_rounds_every_row_once_at_any_width(tmp_path):
     finally:
         module._gemv_kernel.configs = shipped
     assert len(gemv_configs) > 1 and not failures, "\n".join(failures)
+
+
+# ---- router_gemm/lean_row: one token through its own row kernel -----------------------------------------
+def test_lean_row_runs_its_row_kernel_for_one_token_where_its_preconditions_hold(monkeypatch):
+    """lean_row computes one token with _row_dot_kernel (no masks: D a few power-of-two blocks, plain strides),
+    everything else with its parent's kernel; both give the task function."""
+    import torch
+
+    from harness import parity
+
+    task = TASKS["router_gemm"]
+    module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / "lean_row.py")
+    x1, w = torch.zeros(1, 5120, dtype=torch.bfloat16), torch.zeros(256, 5120)
+    assert module._lean_block_k(x1, w) == 1024  # Beam: 5 blocks of 1024
+    assert module._lean_block_k(torch.zeros(8, 5120, dtype=torch.bfloat16), w) == 0  # more than one token
+    assert module._lean_block_k(x1, torch.zeros(5120, 256).t()) == 0  # W's rows not contiguous
+    assert module._lean_block_k(torch.zeros(1, 100, dtype=torch.bfloat16), torch.zeros(8, 100)) == 0  # 25 blocks of 4
+    parent_kernel, launches = module._router_kernel, []
+
+    def parent_launch(grid):
+        launches.append(grid)
+        return parent_kernel[grid]
+
+    monkeypatch.setattr(module, "_router_kernel", _Indexable(parent_launch, parent_kernel))
+    for shape in task.cpu_shapes:
+        inputs = task.make_inputs(shape, 2, torch.device("cpu"))
+        launches.clear()
+        got = parity.output_tensors(task, module.router_logits(**parity.clone_inputs(inputs)), inputs)
+        refs = parity.admissible_references(task, inputs, emulate_truncation=False)
+        verdict = parity.judge(task, got, refs, parity.fp64_evaluation(task, inputs))
+        assert verdict.passed, (shape.label, verdict.reason)
+        assert bool(launches) == (shape["T"] > 1), (shape.label, "the parent's kernel launched" if launches else "")
+
+
+class _Indexable:
+    """Stands in for a Triton kernel: `kernel[grid]` calls `launch(grid)`; other attributes are the kernel's."""
+
+    def __init__(self, launch, kernel):
+        self._launch, self._kernel = launch, kernel
+
+    def __getitem__(self, grid):
+        return self._launch(grid)
+
+    def __getattr__(self, name):
+        return getattr(self._kernel, name)
 
 
 # ---- fuse_norm/mixed_squares: squares built from their bits, on rows the task never draws ----------------
