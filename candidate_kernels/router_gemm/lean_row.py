@@ -19,6 +19,10 @@ most 16 blocks of the largest power of two <= 1024 dividing it, x and W with uni
 apart), the parent's kernel otherwise and at every other T (at T = 8 the same lean shape with all 8 tokens ran 4.78-4.87
 against the parent's 4.46).
 
+Not yet run through the harness: the thirtieth session's device time ran out after the two sweeps. Next:
+`harness run task=router_gemm "candidates=[lean_row,pdl_stream_words]"` (and, if it is promoted, the optimized
+model's GPU tests). Goals as the parent's; at T = 1 the sweep's 3.07 us would still miss 3.0 by 0.07.
+
 Numerics: the parent's unsplit FMA row (below): per thread, x (BF16 upcast) times W's FP32 values accumulated
 over the K blocks in FP32 (FMA contraction allowed, as in the parent), then one FP32 tree over the row; the same
 bits as the parent's (1, 1024, 1) config at 8 warps on the H200. On the interpreter the same code without the
