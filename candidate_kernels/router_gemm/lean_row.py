@@ -11,8 +11,8 @@ arithmetic written as plainly as Triton allows (_row_dot_kernel: no masks, no sp
 compile-time shape) took 3.07 us against the parent's 3.44, with bit-identical logits, and its loads alone
 3.08 us; one launch moving the same bytes (no PDL) 3.09. The parent's extra 0.37 us were not traced to a line:
 `harness inspect` (sm_90a) finds the same loads (5 x 16 B of W, 5 x 8 B of x per thread) and 32 registers in
-both, and 128 SASS instructions here against the parent's 161 (its masks, program-id arithmetic and int64
-offsets).
+both, and 129 SASS instructions here against the parent's 161 (its masks, program-id arithmetic and int64
+offsets). _row_dot_kernel is the sweep's kernel as it ran (its STEP 2), token axis of length 1 included.
 router_read_floor.py (the same session) timed PDL reads of the weight alone at 2.63-2.78 us: the T = 1 goal
 (3.0 us) is above the read under PDL. So T = 1 runs _row_dot_kernel here wherever its preconditions hold (D at
 most 16 blocks of the largest power of two <= 1024 dividing it, x and W with unit stride along D and W rows D
@@ -507,18 +507,21 @@ LEAN_WARPS = 8  # the parent's T = 1 pick (one expert row per program of 8 warps
 
 
 @triton.jit
-def _row_dot_kernel(x_ptr, w_ptr, out_ptr, D: tl.constexpr, BLOCK_K: tl.constexpr):
-    """logits[row] = sum over D of f32(x) * W[row]: one expert row per program, its D // BLOCK_K blocks of W
-    and x all loaded up front (D a multiple of BLOCK_K: no mask), one FP32 tree at the end."""
+def _row_dot_kernel(x_ptr, w_ptr, out_ptr, E, D: tl.constexpr, BLOCK_K: tl.constexpr):
+    """logits[0, row] = sum over D of f32(x) * W[row]: one expert row per program, its D // BLOCK_K blocks of W
+    and x all loaded up front (D a multiple of BLOCK_K: no mask), one FP32 tree at the end. The code
+    router_dot_sweep.py timed (its token axis of length 1 kept: the layouts are the measured ones)."""
     if PDL:
         gdc_wait()  # the previous kernel complete, its writes visible: before any load or store
     row = tl.program_id(0)
-    acc = tl.zeros((BLOCK_K,), dtype=tl.float32)
+    token = tl.arange(0, 1)
+    acc = tl.zeros((1, BLOCK_K), dtype=tl.float32)
     for i in tl.static_range(D // BLOCK_K):
         cols = i * BLOCK_K + tl.arange(0, BLOCK_K)
-        w = tl.load(w_ptr + row.to(tl.int64) * D + cols)
-        acc += tl.load(x_ptr + tl.max_contiguous(cols, 4)).to(tl.float32) * w
-    tl.store(out_ptr + row, tl.sum(acc, axis=0))
+        w = tl.load(w_ptr + row * D + cols)
+        x = tl.load(x_ptr + token[:, None] * D + tl.max_contiguous(cols, 4)[None, :]).to(tl.float32)
+        acc += x * w[None, :]
+    tl.store(out_ptr + token * E + row, tl.sum(acc, axis=1))
 
 
 def _lean_block_k(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> int:
@@ -547,7 +550,9 @@ def router_logits(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> torch.Tensor
     lean_block_k = _lean_block_k(x_TD, w_router_ED)
     if lean_block_k:
         launch = {} if _INTERPRET else {"launch_pdl": True}
-        _row_dot_kernel[(E,)](x_TD, w_router_ED, logits_TE, D=D, BLOCK_K=lean_block_k, num_warps=LEAN_WARPS, **launch)
+        _row_dot_kernel[(E,)](
+            x_TD, w_router_ED, logits_TE, E, D=D, BLOCK_K=lean_block_k, num_warps=LEAN_WARPS, **launch
+        )
         return logits_TE
     t_bucket = _t_bucket(T)
     if _INTERPRET:
