@@ -283,15 +283,19 @@ def test_lean_row_runs_its_row_kernel_for_one_token_where_its_preconditions_hold
     everything else with its parent's kernel; both give the task function."""
     import torch
 
-    from harness import parity
+    from harness import interpreter_patches, parity
 
     task = TASKS["router_gemm"]
     module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / "lean_row.py")
+    interpreter_patches.apply()  # as the runner's children do: the parent's BF16x3 path at T = 5 and 8 uses tl.dot
     x1, w = torch.zeros(1, 5120, dtype=torch.bfloat16), torch.zeros(256, 5120)
     assert module._lean_block_k(x1, w) == 1024  # Beam: 5 blocks of 1024
     assert module._lean_block_k(torch.zeros(8, 5120, dtype=torch.bfloat16), w) == 0  # more than one token
     assert module._lean_block_k(x1, torch.zeros(5120, 256).t()) == 0  # W's rows not contiguous
     assert module._lean_block_k(torch.zeros(1, 100, dtype=torch.bfloat16), torch.zeros(8, 100)) == 0  # 25 blocks of 4
+    x_meta = torch.empty(1, 1024, dtype=torch.bfloat16, device="meta")  # shapes and strides only, no memory
+    assert module._lean_block_k(x_meta, torch.empty(2**21 - 1, 1024, device="meta")) == 1024
+    assert module._lean_block_k(x_meta, torch.empty(2**21, 1024, device="meta")) == 0  # 2^31: beyond 32-bit offsets
     parent_kernel, launches = module._router_kernel, []
 
     def parent_launch(grid):

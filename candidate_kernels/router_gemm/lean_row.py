@@ -15,9 +15,9 @@ both, and 129 SASS instructions here against the parent's 161 (its masks, progra
 offsets). _row_dot_kernel is the sweep's kernel as it ran (its STEP 2), token axis of length 1 included.
 router_read_floor.py (the same session) timed PDL reads of the weight alone at 2.63-2.78 us: the T = 1 goal
 (3.0 us) is above the read under PDL. So T = 1 runs _row_dot_kernel here wherever its preconditions hold (D at
-most 16 blocks of the largest power of two <= 1024 dividing it, x and W with unit stride along D and W rows D
-apart), the parent's kernel otherwise and at every other T (at T = 8 the same lean shape with all 8 tokens ran 4.78-4.87
-against the parent's 4.46).
+most 16 blocks of the largest power of two <= 1024 dividing it, x and W with unit stride along D, W rows D apart
+and under 2^31 elements), the parent's kernel otherwise and at every other T (at T = 8 the same lean shape with
+all 8 tokens ran 4.78-4.87 against the parent's 4.46).
 
 Not yet run through the harness: the thirtieth session's device time ran out after the two sweeps. Next:
 `harness run task=router_gemm "candidates=[lean_row,pdl_stream_words]"` (and, if it is promoted, the optimized
@@ -526,12 +526,13 @@ def _row_dot_kernel(x_ptr, w_ptr, out_ptr, E, D: tl.constexpr, BLOCK_K: tl.const
 
 def _lean_block_k(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> int:
     """The K block of _row_dot_kernel for this call (the largest power of two <= LEAN_BLOCK_K_MAX dividing D),
-    or 0 where it does not run: more than one token, more than LEAN_MAX_BLOCKS blocks, or strides it does not
-    take (x and W with unit stride along D, W's rows D apart)."""
+    or 0 where it does not run: more than one token, more than LEAN_MAX_BLOCKS blocks, strides it does not take
+    (x and W with unit stride along D, W's rows D apart), or a weight too large for its 32-bit offsets."""
     T, D = x_TD.shape
     block_k = min(D & -D, LEAN_BLOCK_K_MAX) if D else 0
     plain = x_TD.stride(1) == 1 and w_router_ED.stride(1) == 1 and w_router_ED.stride(0) == D
-    return block_k if T == 1 and plain and block_k and D // block_k <= LEAN_MAX_BLOCKS else 0
+    fits = w_router_ED.numel() < 2**31
+    return block_k if T == 1 and plain and fits and block_k and D // block_k <= LEAN_MAX_BLOCKS else 0
 
 
 def router_logits(x_TD: torch.Tensor, w_router_ED: torch.Tensor) -> torch.Tensor:
