@@ -25,6 +25,11 @@ bench.max_seconds=3`, run 20261204T192636-3cd53b, 7965e50), p50 us against pdl_s
 everywhere, and the kernel in force at T = 1). Floor at T = 1: 5.24 MB of W over 4275 GB/s, 1.23 us (40%); one
 launch moving the same bytes 3.03 us beside it (99%). Goals: T = 1 missed by 0.06 us (a PDL read of W alone ran
 2.63-2.78), T = 8 by 0.90 (the parent's kernel), T = 64 met.
+Where the 0.26 us over that read go (thirty-first session): not into many programs asking for the same lines of
+x. With x read from replicas, 64 or 16 programs to each instead of all 256, the kernel took 3.05 / 3.07 us against
+3.04 with the one x and 2.79 for W's loads alone (router_x_sweep.py, bit-identical logits); x's own loads (5 x
+8 B per thread beside W's 5 x 16 B) cost them, not traced further. Nsight Compute, one cold call (cache flushed):
+4.4 us, 24.9% of DRAM peak, long scoreboard 20.3 of 31.6 warp cycles per issue: each warp waits out one round trip.
 
 Numerics: the parent's unsplit FMA row (below): per thread, x (BF16 upcast) times W's FP32 values accumulated
 over the K blocks in FP32 (FMA contraction allowed, as in the parent), then one FP32 tree over the row; the same
