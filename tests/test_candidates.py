@@ -377,10 +377,10 @@ def test_mixed_squares_gives_its_parents_bits_on_zero_tiny_infinite_and_nan_rows
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("candidate", ["pdl_stream_words", "lean_row"])
-def test_pdl_stream_words_computes_the_task_function_on_two_streams_at_once(candidate):
-    """Its split-K words are per stream: 40 calls queued on each of two streams behind a spin, so that the
-    two queues run at once, all with a 32-way split at T = 64, every output the task function. Its
-    parents keep one set of words per device, which two such queues would count their arrivals on.
+def test_router_split_k_words_compute_the_task_function_on_two_streams_at_once(candidate):
+    """pdl_stream_words' split-K words are per stream: 40 calls queued on each of two streams behind a spin,
+    so that the two queues run at once, all with a 32-way split at T = 64, every output the task function.
+    Its parents keep one set of words per device, which two such queues would count their arrivals on.
     lean_row runs pdl_stream_words' kernel at T = 64."""
     import torch
 

@@ -1110,13 +1110,13 @@ def test_gpu_shapes_time_a_copy_of_their_bytes_beside_the_implementations():
     # One launch moving 60 KB: at least a graph node's cost (one that stores a float took 1.06 us on the
     # H200), and less than the eager reference's chain of kernels.
     assert 0.5 < copy.p50_us < small["reference"].p50_us, (copy, small["reference"])
-    large = bench.time_shape(task, task.shape("T=16384", torch.device("cuda")), impls, settings, 1,
-                             bench.l2_flush_buffer())  # fmt: skip
+    big = task.shape("T=16384", torch.device("cuda"))
+    large = bench.time_shape(task, big, impls, settings, 1, bench.l2_flush_buffer())
     copy = large[bench.SAME_BYTES_COPY]
     assert copy.method == "events", copy
     # 671 MB: no faster than the roofline's copy rate allows (157 us at 4275 GB/s, with 5% for a faster
     # device), and faster than the eager reference, which moves those bytes several times.
-    assert 0.95 * task.cost(task.shape("T=16384", "cuda")).bytes / 4275e3 < copy.p50_us < large["reference"].p50_us
+    assert 0.95 * task.cost(big).bytes / 4275e3 < copy.p50_us < large["reference"].p50_us
 
 
 @pytest.mark.gpu
