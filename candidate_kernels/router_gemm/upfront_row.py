@@ -12,6 +12,18 @@ registers of data beside the addresses. With a cap of LEAN_MAXNREG (.maxnreg in 
 registers and issues all ten loads before the first FMA. The arithmetic, its order and so the logits are
 lean_row's, bit for bit; the kernel runs the same 256 programs of 8 warps (40 registers still fit six per SM).
 
+Measured on the H200 (thirty-second session, f4cc06e; results/gpu_logs/2026-12-04-session32/):
+- `harness run task=router_gemm "candidates=[upfront_row,lean_row]" bench.max_seconds=3`, run 20261204T213834-7ff9cf,
+  p50 us against lean_row beside it: T=1 **2.85** / 3.06, T=3 3.65 / 3.65, T=8 4.40 / 4.44, T=64 5.84 / 5.82,
+  T=1000 31.57 / 31.49 (T > 1 is the same code); in-child reference and torch.compile at T = 1 7.87 / 6.61. One
+  launch moving the same bytes took 3.05 us (107% of it: below the copy, as a read-mostly kernel can be). Promoted
+  (beats every baseline beyond noise at every shape; geomean of worst speedups 3.288x).
+- router_issue_sweep.py, one process, the harness's timer: the row kernel with the cap 2.83-2.84 us, without it 3.03
+  (lean_row 3.06); with W's loads moved before griddepcontrol.wait 2.83 with the cap (nothing gained, so not done: it
+  would need W unwritten by the kernel ahead) and 3.12 without. At T = 8 the same row with all 8 tokens (128
+  registers, every load up front without a cap) ran 4.48-4.51 against the parent's 4.45: T > 1 stays the parent's.
+Goals: T = 1 <= 3.0 us met by 0.15 us; T = 8 (3.5) missed by 0.90 (the parent's kernel); T = 64 met.
+
 lean_row.py's header, unchanged (its figures are the parent's):
 
 router_gemm: pdl_stream_words with one token as a lean row kernel: no masks, no split words, every load up front.
