@@ -13,7 +13,8 @@ recorded launch is then compiled, for every config its autotuner could choose, w
 (kernel, config, shape): registers per thread, spilled bytes, shared memory, barriers, the global
 loads and stores by bytes per instruction (16: 128-bit vectors), the programs per SM that
 registers, shared memory and warps allow (`residency`), and the SASS instruction mix (`sass_mix`:
-how many instructions, and how many of them are conversions, FP64 arithmetic and MUFU).
+how many instructions, and how many of them are conversions, FP64 arithmetic and MUFU, and the global
+load round trips a thread makes in program order: `load_round_trips`).
 
 These are the compiler's figures, not the chip's: they say whether a config spills, how many
 programs an SM can hold and whether loads were vectorized, before any GPU time is spent.
@@ -133,13 +134,47 @@ def memory_instructions(ptx: str) -> tuple[dict[str, int], dict[str, int]]:
 
 def sass_mix(sass: str) -> dict[str, int]:
     """Static SASS instruction counts of `cuobjdump -sass` output: every instruction but the NOP
-    padding, and those of each SASS_CLASSES class. Static: a loop body counts once."""
+    padding, and those of each SASS_CLASSES class; and the global load round trips in program order
+    (`load_round_trips`). Static: a loop body counts once."""
     opcodes = [op for op in _SASS_OPCODE.findall(sass) if op != "NOP"]
     if not opcodes:
         raise ValueError(f"no SASS instructions in cuobjdump's output:\n{sass[-2000:]}")
     counts = {"instructions": len(opcodes)}
     counts.update({name: sum(op in ops for op in opcodes) for name, ops in SASS_CLASSES.items()})
+    counts["load_round_trips"] = load_round_trips(sass)
     return counts
+
+
+# A SASS instruction's opcode (with its modifiers) and operands: "LDG.E.128 R4, desc[UR10][R20.64+0x10]".
+_SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.MULTILINE)
+# A general register operand, with an optional pair or reuse suffix (R12.64, R2.reuse); not URn or RZ.
+_SASS_REGISTER = re.compile(r"(?<![A-Z0-9_])R(\d+)(\.64)?")
+_LOAD_WIDTHS = {"128": 4, "64": 2}  # registers an LDG writes, by its width modifier (else one)
+
+
+def load_round_trips(sass: str) -> int:
+    """How many global load round trips a thread makes in program order (0: no global load): a load is
+    one trip after the latest load whose value an earlier instruction needed (an instruction that reads
+    or overwrites a register a load has not yet filled waits for it, and SASS issues in order). Two loads
+    of independent values issued before either is used are one trip; a load issued after a use of an
+    earlier load's value is a second, although it reads an unrelated address: the compiler chose that
+    order, for instance to fit the registers it allowed itself. Static, in the listing's order: a loop
+    body is read once, so this is the trips of straight-line code (a decode kernel's), not of a ring."""
+    pending: dict[int, int] = {}  # register -> the round trip of the load that will fill it
+    waited = trips = 0
+    for opcode, operands in _SASS_INSTRUCTION.findall(sass):
+        registers = set()
+        for number, pair in _SASS_REGISTER.findall(operands):
+            registers.update(range(int(number), int(number) + (2 if pair else 1)))
+        needed = [pending.pop(r) for r in registers if r in pending]
+        waited = max([waited, *needed])
+        if opcode.split(".")[0] == "LDG":
+            dest = _SASS_REGISTER.search(operands)
+            if dest:
+                width = next((n for mod, n in _LOAD_WIDTHS.items() if mod in opcode.split(".")[1:]), 1)
+                pending.update(dict.fromkeys(range(int(dest.group(1)), int(dest.group(1)) + width), waited + 1))
+            trips = max(trips, waited + 1)
+    return trips
 
 
 def signature(fn: Any, args: tuple, kwargs: dict[str, Any], config_kwargs: dict[str, Any]) -> tuple[dict, dict, list]:

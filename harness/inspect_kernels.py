@@ -7,10 +7,13 @@ For every kernel the candidate launches on a shape, and every config its autotun
 (harness/inspect_child.py, in the sandbox: candidate code), the table gives what the compiler made
 of it for sm_90a: registers per thread, spilled bytes, shared memory, barriers, global loads and
 stores by bytes per instruction (16 = 128-bit vectors; 2 = one BF16 at a time), the programs an
-SM can hold with the binding limit, and the SASS instruction mix (static counts: all instructions,
-then the conversions, FP64 arithmetic and MUFU among them). It is the cheap first look before GPU
-time: a config that spills, loads a BF16 at a time, fits one program per SM, or converts every
-element through Hopper's slow conversion path shows here. Nsight Compute on the GPU (`harness
+SM can hold with the binding limit, the SASS instruction mix (static counts: all instructions,
+then the conversions, FP64 arithmetic and MUFU among them), and the global load round trips a thread
+makes in the SASS's order (inspect_child.load_round_trips: straight-line code; a loop body read once).
+It is the cheap first look before GPU time: a config that spills, loads a BF16 at a time, fits one
+program per SM, converts every element through Hopper's slow conversion path, or waits on some of
+its loads before issuing the rest (ptxas fitting the registers it allowed itself: router_gemm's
+lean_row at T = 1, 2 round trips without a register cap, 1 with one) shows here. Nsight Compute on the GPU (`harness
 profile task=... candidate=...`: issue slots and pipe utilizations among its figures) measures what
 these figures predict.
 
@@ -138,10 +141,12 @@ def table(records: list[InspectionRecord]) -> str:
             key = (r.kernel, r.config, str(f["registers"]), f"{f['spill_store_bytes']}/{f['spill_load_bytes']}",
                    str(f["shared_bytes"]), str(f["barriers"]), _bytes_per_instruction(f["loads"]),
                    _bytes_per_instruction(f["stores"]), f"{f['programs_per_sm']} ({f['limited_by']})",
-                   f"{f['occupancy_pct']:.1f}", _sass_cell(f.get("sass")))  # fmt: skip
+                   f"{f['occupancy_pct']:.1f}", _sass_cell(f.get("sass")),
+                   str((f.get("sass") or {}).get("load_round_trips", "-")))  # fmt: skip
             rows.setdefault(key, []).append(r.shape_label)
     header = ("kernel", "config", "shapes", "registers", "spill st/ld B", "shared B", "barriers", "global loads",
-              "global stores", "programs/SM (limit)", "occupancy %", "SASS: all (cvt / fp64 / mufu)")  # fmt: skip
+              "global stores", "programs/SM (limit)", "occupancy %", "SASS: all (cvt / fp64 / mufu)",
+              "load round trips")  # fmt: skip
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for key, shapes in rows.items():
         lines.append("| " + " | ".join([key[0], key[1], ", ".join(shapes), *key[2:]]) + " |")

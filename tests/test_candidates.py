@@ -277,16 +277,18 @@ def test_flat_gemv_rounds_every_row_once_at_any_width(tmp_path):
     assert len(gemv_configs) > 1 and not failures, "\n".join(failures)
 
 
-# ---- router_gemm/lean_row: one token through its own row kernel -----------------------------------------
-def test_lean_row_runs_its_row_kernel_for_one_token_where_its_preconditions_hold(monkeypatch):
+# ---- router_gemm/lean_row and upfront_row: one token through their own row kernel ------------------------
+@pytest.mark.parametrize("candidate", ["lean_row", "upfront_row"])
+def test_lean_row_runs_its_row_kernel_for_one_token_where_its_preconditions_hold(candidate, monkeypatch):
     """lean_row computes one token with _row_dot_kernel (no masks: D a few power-of-two blocks, plain strides),
-    everything else with its parent's kernel; both give the task function."""
+    everything else with its parent's kernel; both give the task function. upfront_row, its child, launches the
+    same kernel with a register cap on the GPU (tests/test_inspect.py checks what the cap changes)."""
     import torch
 
     from harness import interpreter_patches, parity
 
     task = TASKS["router_gemm"]
-    module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / "lean_row.py")
+    module = _load_module(REPO_ROOT / "candidate_kernels" / "router_gemm" / f"{candidate}.py")
     interpreter_patches.apply()  # as the runner's children do: the parent's BF16x3 path at T = 5 and 8 uses tl.dot
     x1, w = torch.zeros(1, 5120, dtype=torch.bfloat16), torch.zeros(256, 5120)
     assert module._lean_block_k(x1, w) == 1024  # Beam: 5 blocks of 1024

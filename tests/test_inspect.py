@@ -59,9 +59,53 @@ def test_the_sass_mix_counts_conversions_fp64_and_mufu_and_skips_the_padding():
         "        /*0a70*/                   BRA 0xa70;                              /* 0x0000 */\n"
         "        /*0a80*/                   NOP;                                    /* 0x0000 */\n"
     )
-    assert inspect_child.sass_mix(sass) == {"instructions": 10, "conversions": 2, "fp64": 2, "mufu": 1}
+    assert inspect_child.sass_mix(sass) == {"instructions": 10, "conversions": 2, "fp64": 2, "mufu": 1,
+                                            "load_round_trips": 0}  # fmt: skip
     with pytest.raises(ValueError, match="no SASS"):
         inspect_child.sass_mix("cuobjdump info    : File 'k.cubin' does not contain device code")
+
+
+def _sass(*instructions: str) -> str:
+    """A `cuobjdump -sass` listing of these instructions, one per line at consecutive addresses."""
+    return "".join(f"        /*{16 * i:04x}*/       {ins} ;   /* 0x0000 */\n" for i, ins in enumerate(instructions))
+
+
+def test_load_round_trips_count_the_loads_issued_after_a_use_of_a_loaded_value():
+    trips = inspect_child.load_round_trips
+    assert trips(_sass("S2R R8, SR_TID.X", "FFMA R2, R3, R4, RZ", "EXIT")) == 0  # no global load
+    # lean_row's shape: loads of independent values, uses, then the rest of the loads: two trips
+    independent = ("LDG.E.128 R4, desc[UR10][R20.64]", "LDG.E.64 R24, desc[UR10][R28.64+0x800]")
+    assert trips(_sass(*independent, "FFMA R9, R4, R24, RZ", "STG.E desc[UR10][R2.64], R9")) == 1
+    assert trips(_sass(*independent, "FFMA R9, R7, R8, RZ", "LDG.E.128 R12, desc[UR10][R20.64+0x1000]")) == 2
+    # R7 is the last of the 128-bit load's four registers; R25 (in the pair R24.64 the address names) of the other
+    assert trips(_sass(*independent, "LDG.E R12, desc[UR10][R24.64]")) == 2  # a gather: its address was loaded
+    assert trips(_sass(*independent, "IMAD.U32 R25, R0, 0x10, RZ", "LDG.E R12, desc[UR10][R30.64]")) == 2  # overwrite
+    # uses of registers no load is filling, and uniform registers, are not waits
+    assert trips(_sass(*independent, "@P0 FFMA R9, R8, R10.reuse, RZ", "UIADD3 UR4, UR4, UR6, URZ",
+                       "@!P1 LDG.E.U16 R12, desc[UR4][R30.64]")) == 1  # fmt: skip
+    # an address pair (R24.64) reads R25 too, here the upper half of a pointer that was loaded
+    assert trips(_sass("LDG.E R25, desc[UR4][R10.64]", "LDG.E R12, desc[UR4][R24.64]")) == 2
+    # a third trip waits on the second
+    chain = ("LDG.E R2, desc[UR4][R10.64]", "FADD R3, R2, 1", "LDG.E R4, desc[UR4][R12.64]", "FADD R5, R4, R3",
+             "LDG.E R6, desc[UR4][R14.64]")  # fmt: skip
+    assert trips(_sass(*chain)) == 3
+
+
+def test_lean_rows_loads_take_two_round_trips_without_a_register_cap_and_upfront_rows_one(tmp_path):
+    """router_gemm/upfront_row is lean_row launched with maxnreg: the reason it exists, as ptxas compiles it."""
+    by_candidate = {}
+    for candidate in ("lean_row", "upfront_row"):
+        result = harness("inspect", "task=router_gemm", f"candidate={candidate}", "shapes=['T=1']",
+                         f"results_dir={tmp_path / candidate}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        (record,) = [r for r in _records(tmp_path / candidate, "router_gemm") if r.kernel == "_row_dot_kernel"]
+        by_candidate[candidate] = record
+    lean, upfront = by_candidate["lean_row"], by_candidate["upfront_row"]
+    assert "maxnreg" not in lean.config and "maxnreg=128" in upfront.config
+    assert lean.figures["loads"] == upfront.figures["loads"] == {"16": 5, "8": 5}  # the same ten loads per thread
+    assert (lean.figures["registers"], lean.figures["sass"]["load_round_trips"]) == (32, 2)
+    assert (upfront.figures["registers"], upfront.figures["sass"]["load_round_trips"]) == (40, 1)
+    assert upfront.figures["spill_store_bytes"] == 0
 
 
 def test_launch_arguments_are_specialized_as_on_the_gpu():
