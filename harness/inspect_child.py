@@ -145,35 +145,77 @@ def sass_mix(sass: str) -> dict[str, int]:
     return counts
 
 
-# A SASS instruction's opcode (with its modifiers) and operands: "LDG.E.128 R4, desc[UR10][R20.64+0x10]".
-_SASS_INSTRUCTION = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.MULTILINE)
+# A SASS instruction: its address, guard predicate, opcode (with its modifiers) and operands, as in
+# "/*0130*/  @!P0 LDG.E.128 R4, desc[UR10][R20.64+0x10] ;".
+_SASS_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.MULTILINE)
 # A general register operand, with an optional pair or reuse suffix (R12.64, R2.reuse); not URn or RZ.
 _SASS_REGISTER = re.compile(r"(?<![A-Z0-9_])R(\d+)(\.64)?")
 _LOAD_WIDTHS = {"128": 4, "64": 2}  # registers an LDG writes, by its width modifier (else one)
+_SASS_TARGET = re.compile(r"0x([0-9a-f]+)\s*$")  # a branch's target address, its last operand
+
+
+@dataclass
+class _Trips:
+    """What a thread is waiting for at one point of a kernel: the round trip of each register a load has not
+    yet filled, and the latest trip an instruction has waited for."""
+
+    pending: dict[int, int] = field(default_factory=dict)
+    waited: int = 0
+
+    def merge(self, other: _Trips) -> None:
+        """Where paths join: the worse of the two for every register and for the trips waited."""
+        for register, trip in other.pending.items():
+            self.pending[register] = max(trip, self.pending.get(register, 0))
+        self.waited = max(self.waited, other.waited)
 
 
 def load_round_trips(sass: str) -> int:
-    """How many global load round trips a thread makes in program order (0: no global load): a load is
-    one trip after the latest load whose value an earlier instruction needed (an instruction that reads
-    or overwrites a register a load has not yet filled waits for it, and SASS issues in order). Two loads
-    of independent values issued before either is used are one trip; a load issued after a use of an
-    earlier load's value is a second, although it reads an unrelated address: the compiler chose that
-    order, for instance to fit the registers it allowed itself. Static, in the listing's order: a loop
-    body is read once, so this is the trips of straight-line code (a decode kernel's), not of a ring."""
-    pending: dict[int, int] = {}  # register -> the round trip of the load that will fill it
-    waited = trips = 0
-    for opcode, operands in _SASS_INSTRUCTION.findall(sass):
+    """How many global load round trips a thread makes (0: no global load), on the kernel's worst path: a
+    load is one trip after the latest load whose value an earlier instruction on its path needed (one that
+    reads or overwrites a register a load has not yet filled waits for it: SASS issues in order). Loads of
+    independent values issued before any is used are one trip; a load issued after a use of an earlier
+    load's value is a second, although it reads an unrelated address: the compiler chose that order, for
+    instance to fit the registers it allowed itself. Paths follow the branches forward (two sides of an
+    `if` are two paths: the loads of one do not wait on the uses of the other); a backward branch is not
+    followed, so a loop body is read once: this is the trips of straight-line code, with its branches (a
+    decode kernel's, or a program that loops over one token), not of a ring's steady state."""
+    code = [(int(addr, 16), bool(guard) and guard.strip() != "@PT", op, operands)
+            for addr, guard, op, operands in _SASS_INSTRUCTION.findall(sass)]  # fmt: skip
+    entry: dict[int, _Trips] = {code[0][0]: _Trips()} if code else {}  # state on arrival, by address
+
+    def reach(address: int, state: _Trips) -> None:
+        arriving = entry.setdefault(address, _Trips())
+        arriving.merge(state)
+
+    trips = 0
+    state: _Trips | None = None
+    for addr, guarded, opcode, operands in code:
+        if addr in entry:  # a block's start: what its predecessors left, falling through or branching here
+            if state is not None:
+                entry[addr].merge(state)
+            state = entry.pop(addr)
+        if state is None:  # no forward path reaches here (after an EXIT, before a loop's backward branch)
+            continue
         registers = set()
         for number, pair in _SASS_REGISTER.findall(operands):
             registers.update(range(int(number), int(number) + (2 if pair else 1)))
-        needed = [pending.pop(r) for r in registers if r in pending]
-        waited = max([waited, *needed])
-        if opcode.split(".")[0] == "LDG":
+        needed = [state.pending.pop(r) for r in registers if r in state.pending]
+        state.waited = max([state.waited, *needed])
+        name, *modifiers = opcode.split(".")
+        if name == "LDG":
             dest = _SASS_REGISTER.search(operands)
             if dest:
-                width = next((n for mod, n in _LOAD_WIDTHS.items() if mod in opcode.split(".")[1:]), 1)
-                pending.update(dict.fromkeys(range(int(dest.group(1)), int(dest.group(1)) + width), waited + 1))
-            trips = max(trips, waited + 1)
+                width = next((n for mod, n in _LOAD_WIDTHS.items() if mod in modifiers), 1)
+                first = int(dest.group(1))
+                state.pending.update(dict.fromkeys(range(first, first + width), state.waited + 1))
+            trips = max(trips, state.waited + 1)
+        elif name == "BRA" and (target := _SASS_TARGET.search(operands)):
+            if int(target.group(1), 16) > addr:
+                reach(int(target.group(1), 16), state)
+            if not guarded:
+                state = None
+        elif name in ("EXIT", "RET") and not guarded:
+            state = None
     return trips
 
 

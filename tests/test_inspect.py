@@ -89,6 +89,20 @@ def test_load_round_trips_count_the_loads_issued_after_a_use_of_a_loaded_value()
     chain = ("LDG.E R2, desc[UR4][R10.64]", "FADD R3, R2, 1", "LDG.E R4, desc[UR4][R12.64]", "FADD R5, R4, R3",
              "LDG.E R6, desc[UR4][R14.64]")  # fmt: skip
     assert trips(_sass(*chain)) == 3
+    # the two sides of a branch are two paths (addresses go up by 0x10): the else side's load does not wait on the
+    # then side's use, which comes before it in the listing
+    then_uses = ("LDG.E R2, desc[UR4][R10.64]", "ISETP.NE.AND P0, PT, R0, RZ, PT", "@P0 BRA 0x50",
+                 "FADD R3, R2, 1", "EXIT", "LDG.E R6, desc[UR4][R16.64]", "FADD R7, R6, R2", "EXIT")  # fmt: skip
+    assert trips(_sass(*then_uses)) == 1
+    then_loads = (*then_uses[:2], "@P0 BRA 0x60", then_uses[3], "LDG.E R4, desc[UR4][R12.64]", "EXIT",
+                  "LDG.E R6, desc[UR4][R16.64]", "EXIT")  # fmt: skip
+    assert trips(_sass(*then_loads)) == 2  # the worst path counts: here the then side's
+    # where the paths join, the worse of the two: after the join a load waits on what either side waited for
+    join = ("LDG.E R2, desc[UR4][R10.64]", "@P0 BRA 0x30", "FADD R3, R2, 1", "LDG.E R4, desc[UR4][R12.64]")
+    assert trips(_sass(*join)) == 2
+    # a loop body is read once: its backward branch is not followed
+    loop = ("LDG.E R4, desc[UR4][R12.64]", "FADD R5, R4, R5", "@P0 BRA 0x0", "LDG.E R8, desc[UR4][R14.64]")
+    assert trips(_sass(*loop)) == 2
 
 
 def test_lean_rows_loads_take_two_round_trips_without_a_register_cap_and_upfront_rows_one(tmp_path):
