@@ -179,12 +179,13 @@ def _qk_inputs(T, H, K, Dh, sliding, gen, q_offset=0, packed_kv=False, discard_e
     }
 
 
-@pytest.mark.parametrize("candidate", ["token_ring", "pdl_token_ring"])
+@pytest.mark.parametrize("candidate", ["token_ring", "pdl_token_ring", "loads_first"])
 def test_token_ring_matches_head_groups_where_tma_cannot_read(candidate, tmp_path):
     """token_ring's ring reads TMA tiles; inputs TMA cannot read (Dh/2 not a power of two, a misaligned
     base) take its plain loads. With every GPU config of each kernel forced in turn, both paths, odd head
     counts (groups of 2 and 1 heads), strided k/v views and discarded tokens give head_groups' outputs and
-    caches bit for bit (pdl_token_ring: its ring kernel from T = 4 on here, its grid kernel below)."""
+    caches bit for bit (pdl_token_ring: its ring kernel from T = 4 on here, its grid kernel below; loads_first:
+    pdl_token_ring with its plain-load programs' loads reordered, v read for discarded tokens too)."""
     import torch
 
     from harness import interpreter_patches

@@ -122,6 +122,21 @@ def test_lean_rows_loads_take_two_round_trips_without_a_register_cap_and_upfront
     assert upfront.figures["spill_store_bytes"] == 0
 
 
+def test_loads_first_programs_wait_for_memory_twice_where_pdl_token_rings_wait_three_to_five_times(tmp_path):
+    """qk_norm_rope/loads_first issues every load its id determines before waiting for any: at sliding T = 1 each
+    grid config makes two round trips (the second for the cos|sin row of the token's position), its parent's 3-5."""
+    trips = {}
+    for candidate in ("pdl_token_ring", "loads_first"):
+        result = harness("inspect", "task=qk_norm_rope", f"candidate={candidate}", "shapes=['sliding T=1']",
+                         f"results_dir={tmp_path / candidate}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        records = [r for r in _records(tmp_path / candidate, "qk_norm_rope") if r.status == "compiled"]
+        trips[candidate] = {r.config: r.figures["sass"]["load_round_trips"] for r in records}
+    assert trips["loads_first"].keys() == trips["pdl_token_ring"].keys() and len(trips["loads_first"]) == 6
+    assert set(trips["loads_first"].values()) == {2}
+    assert min(trips["pdl_token_ring"].values()) == 3 and max(trips["pdl_token_ring"].values()) == 5
+
+
 def test_launch_arguments_are_specialized_as_on_the_gpu():
     import torch
     import triton.language as tl
