@@ -14,7 +14,7 @@ recorded launch is then compiled, for every config its autotuner could choose, w
 loads and stores by bytes per instruction (16: 128-bit vectors), the programs per SM that
 registers, shared memory and warps allow (`residency`), and the SASS instruction mix (`sass_mix`:
 how many instructions, and how many of them are conversions, FP64 arithmetic and MUFU, and the global
-load round trips a thread makes in program order: `load_round_trips`).
+load round trips a thread makes on its worst path: `load_round_trips`).
 
 These are the compiler's figures, not the chip's: they say whether a config spills, how many
 programs an SM can hold and whether loads were vectorized, before any GPU time is spent.
@@ -134,7 +134,7 @@ def memory_instructions(ptx: str) -> tuple[dict[str, int], dict[str, int]]:
 
 def sass_mix(sass: str) -> dict[str, int]:
     """Static SASS instruction counts of `cuobjdump -sass` output: every instruction but the NOP
-    padding, and those of each SASS_CLASSES class; and the global load round trips in program order
+    padding, and those of each SASS_CLASSES class; and the global load round trips on the worst path
     (`load_round_trips`). Static: a loop body counts once."""
     opcodes = [op for op in _SASS_OPCODE.findall(sass) if op != "NOP"]
     if not opcodes:

@@ -76,10 +76,11 @@ def test_load_round_trips_count_the_loads_issued_after_a_use_of_a_loaded_value()
     # lean_row's shape: loads of independent values, uses, then the rest of the loads: two trips
     independent = ("LDG.E.128 R4, desc[UR10][R20.64]", "LDG.E.64 R24, desc[UR10][R28.64+0x800]")
     assert trips(_sass(*independent, "FFMA R9, R4, R24, RZ", "STG.E desc[UR10][R2.64], R9")) == 1
+    # R7: the last of the 128-bit load's four registers
     assert trips(_sass(*independent, "FFMA R9, R7, R8, RZ", "LDG.E.128 R12, desc[UR10][R20.64+0x1000]")) == 2
-    # R7 is the last of the 128-bit load's four registers; R25 (in the pair R24.64 the address names) of the other
     assert trips(_sass(*independent, "LDG.E R12, desc[UR10][R24.64]")) == 2  # a gather: its address was loaded
-    assert trips(_sass(*independent, "IMAD.U32 R25, R0, 0x10, RZ", "LDG.E R12, desc[UR10][R30.64]")) == 2  # overwrite
+    # R25: the upper register of the 64-bit load into R24, overwritten (which waits for the load too)
+    assert trips(_sass(*independent, "IMAD.U32 R25, R0, 0x10, RZ", "LDG.E R12, desc[UR10][R30.64]")) == 2
     # uses of registers no load is filling, and uniform registers, are not waits
     assert trips(_sass(*independent, "@P0 FFMA R9, R8, R10.reuse, RZ", "UIADD3 UR4, UR4, UR6, URZ",
                        "@!P1 LDG.E.U16 R12, desc[UR4][R30.64]")) == 1  # fmt: skip
