@@ -138,6 +138,25 @@ def test_loads_first_programs_wait_for_memory_twice_where_pdl_token_rings_wait_t
     assert min(trips["pdl_token_ring"].values()) == 3 and max(trips["pdl_token_ring"].values()) == 5
 
 
+def test_fuse_norm_loads_first_plain_programs_make_one_round_trip_where_mixed_squares_make_two(tmp_path):
+    """fuse_norm/loads_first is mixed_squares with a barrier after a plain program's first loads: ptxas can no longer
+    issue the weights' and h's loads after y's sum of squares. The rings (TMA) are the same code."""
+    trips = {}
+    for candidate in ("mixed_squares", "loads_first"):
+        result = harness("inspect", "task=fuse_norm", f"candidate={candidate}", "shapes=['T=1']",
+                         f"results_dir={tmp_path / candidate}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        records = [r for r in _records(tmp_path / candidate) if r.status == "compiled"]
+        trips[candidate] = {r.config: (r.figures["sass"]["load_round_trips"], r.figures["spill_store_bytes"])
+                            for r in records}  # fmt: skip
+    plain = [c for c in trips["mixed_squares"] if "RING=False" in c]
+    assert trips["loads_first"].keys() == trips["mixed_squares"].keys() and len(plain) == 6
+    assert {trips["mixed_squares"][c] for c in plain} == {(2, 0)}  # (round trips, spilled bytes)
+    assert {trips["loads_first"][c] for c in plain} == {(1, 0)}
+    rings = [c for c in trips["loads_first"] if c not in plain]
+    assert rings and all(trips["loads_first"][c] == trips["mixed_squares"][c] == (1, 0) for c in rings)
+
+
 def test_launch_arguments_are_specialized_as_on_the_gpu():
     import torch
     import triton.language as tl
