@@ -178,7 +178,9 @@ def load_round_trips(sass: str) -> int:
     instance to fit the registers it allowed itself. Paths follow the branches forward (two sides of an
     `if` are two paths: the loads of one do not wait on the uses of the other); a backward branch is not
     followed, so a loop body is read once: this is the trips of straight-line code, with its branches (a
-    decode kernel's, or a program that loops over one token), not of a ring's steady state."""
+    decode kernel's, or a program that loops over one token), not of a ring's steady state. Loads into
+    registers (LDG) only: copies to shared memory (cp.async, TMA) are not followed, so a kernel that reads
+    only through them counts 0."""
     code = [(int(addr, 16), bool(guard) and guard.strip() != "@PT", op, operands)
             for addr, guard, op, operands in _SASS_INSTRUCTION.findall(sass)]  # fmt: skip
     entry: dict[int, _Trips] = {code[0][0]: _Trips()} if code else {}  # state on arrival, by address
