@@ -9,8 +9,8 @@ of it for sm_90a: registers per thread, spilled bytes, shared memory, barriers, 
 stores by bytes per instruction (16 = 128-bit vectors; 2 = one BF16 at a time), the programs an
 SM can hold with the binding limit, the SASS instruction mix (static counts: all instructions,
 then the conversions, FP64 arithmetic and MUFU among them), and the global load round trips a thread
-makes on its worst path (inspect_child.load_round_trips: straight-line code and its branches; a loop body
-read once).
+makes on its worst path (inspect_child.load_round_trips: loads into registers, in straight-line code and
+its branches; a loop body read once).
 It is the cheap first look before GPU time: a config that spills, loads a BF16 at a time, fits one
 program per SM, converts every element through Hopper's slow conversion path, or waits on some of
 its loads before issuing the rest (ptxas fitting the registers it allowed itself: router_gemm's
