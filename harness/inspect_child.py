@@ -60,8 +60,9 @@ _GLOBAL_ACCESS = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st)\.global\S*?(?:\.v(\d))
 # Global-to-shared copies (cp.async, and the bulk tensor copies of TMA): loads that skip registers.
 _ASYNC_COPY = re.compile(r"^\s*(?:@!?%p\d+\s+)?cp\.async\.(?:ca|cg|bulk)\S*", re.MULTILINE)
 ASYNC_COPY = "cp.async"
-# A SASS line of `cuobjdump -sass`: /*0970*/  @!UP6 SYNCS.EXCH.64 URZ, ... ; -> its opcode (SYNCS).
-_SASS_OPCODE = re.compile(r"^\s*/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_]*)", re.MULTILINE)
+# A SASS instruction of `cuobjdump -sass`: its address, guard predicate, opcode with its modifiers and operands,
+# as in "/*0130*/  @!P0 LDG.E.128 R4, desc[UR10][R20.64+0x10] ;" (the opcode proper: LDG).
+_SASS_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.MULTILINE)
 # Opcode classes that can hold an elementwise kernel on sm_90 when DRAM does not: the type conversions
 # (F2F, F2I, I2F, I2I; Hopper's conversion throughput is low, triton-lang/triton#4563), FP64
 # arithmetic, and MUFU (rsqrt, exp, ...). F2FP, which packs two FP32 into BF16x2 or FP16x2, is not
@@ -136,7 +137,8 @@ def sass_mix(sass: str) -> dict[str, int]:
     """Static SASS instruction counts of `cuobjdump -sass` output: every instruction but the NOP
     padding, and those of each SASS_CLASSES class; and the global load round trips on the worst path
     (`load_round_trips`). Static: a loop body counts once."""
-    opcodes = [op for op in _SASS_OPCODE.findall(sass) if op != "NOP"]
+    opcodes = [op.split(".")[0] for _, _, op, _ in _SASS_INSTRUCTION.findall(sass)]
+    opcodes = [op for op in opcodes if op != "NOP"]
     if not opcodes:
         raise ValueError(f"no SASS instructions in cuobjdump's output:\n{sass[-2000:]}")
     counts = {"instructions": len(opcodes)}
@@ -145,9 +147,6 @@ def sass_mix(sass: str) -> dict[str, int]:
     return counts
 
 
-# A SASS instruction: its address, guard predicate, opcode (with its modifiers) and operands, as in
-# "/*0130*/  @!P0 LDG.E.128 R4, desc[UR10][R20.64+0x10] ;".
-_SASS_INSTRUCTION = re.compile(r"^\s*/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T\d]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);", re.MULTILINE)
 # A general register operand, with an optional pair or reuse suffix (R12.64, R2.reuse); not URn or RZ.
 _SASS_REGISTER = re.compile(r"(?<![A-Z0-9_])R(\d+)(\.64)?")
 _LOAD_WIDTHS = {"128": 4, "64": 2}  # registers an LDG writes, by its width modifier (else one)
@@ -184,11 +183,6 @@ def load_round_trips(sass: str) -> int:
     code = [(int(addr, 16), bool(guard) and guard.strip() != "@PT", op, operands)
             for addr, guard, op, operands in _SASS_INSTRUCTION.findall(sass)]  # fmt: skip
     entry: dict[int, _Trips] = {code[0][0]: _Trips()} if code else {}  # state on arrival, by address
-
-    def reach(address: int, state: _Trips) -> None:
-        arriving = entry.setdefault(address, _Trips())
-        arriving.merge(state)
-
     trips = 0
     state: _Trips | None = None
     for addr, guarded, opcode, operands in code:
@@ -212,8 +206,8 @@ def load_round_trips(sass: str) -> int:
                 state.pending.update(dict.fromkeys(range(first, first + width), state.waited + 1))
             trips = max(trips, state.waited + 1)
         elif name == "BRA" and (target := _SASS_TARGET.search(operands)):
-            if int(target.group(1), 16) > addr:
-                reach(int(target.group(1), 16), state)
+            if int(target.group(1), 16) > addr:  # forward: the target starts with (at worst) this state
+                entry.setdefault(int(target.group(1), 16), _Trips()).merge(state)
             if not guarded:
                 state = None
         elif name in ("EXIT", "RET") and not guarded:
