@@ -3,7 +3,8 @@
     python -m harness.inspect_child <request.json>     (started by harness/inspect_kernels.py)
 
 The child enters the sandbox (harness/sandbox.py), imports the candidate, and calls its launcher on
-each requested GPU shape's inputs, made on the CPU. No kernel runs: `Autotuner.run` and
+each requested GPU shape's inputs, made on the CPU with the model weights' values not drawn
+(tasks/inputs.py unfilled_weights: moe_experts' are 20 GB at beam). No kernel runs: `Autotuner.run` and
 `JITFunction.run` are replaced by a recorder of the launch (the kernel, its arguments), and a
 launcher that asks torch.cuda.get_device_properties (to size a persistent grid) is told the H200's
 figures (H200_PROPERTIES). Each
@@ -393,6 +394,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     import torch
 
     from tasks import get_task
+    from tasks.inputs import unfilled_weights
 
     stand_in_device_properties(torch)
 
@@ -414,7 +416,8 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     done: dict[tuple[str, str], Figures] = {}  # one compilation per distinct specialization
     for label in request["shapes"]:
         shape = task.shape(label, torch.device("cuda"))  # the GPU shape; its inputs are made on the CPU
-        inputs = task.make_inputs(shape, request["seed"], torch.device("cpu"))
+        with unfilled_weights():  # values never reach a compiler; moe_experts' weights would be 20 GB
+            inputs = task.make_inputs(shape, request["seed"], torch.device("cpu"))
         launches.clear()
         try:
             launcher(**inputs)

@@ -15,6 +15,9 @@ Shape legend: T tokens, D hidden, S sequences (in this module; cache slots elsew
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import torch
 
 from reference_model.weights import INIT_RULES
@@ -81,12 +84,36 @@ def normalized_activation(T: int, D: int, gen: torch.Generator) -> torch.Tensor:
     return (h_TD * inv_rms_T1 * model_weight("pre_norm", (D,), gen).float()).to(BF16)
 
 
+_weights_unfilled = False
+
+
+@contextmanager
+def unfilled_weights() -> Iterator[None]:
+    """Within it, model_weight gives each parameter its shape, dtype and device but draws no values
+    (torch.empty: memory the process never writes, so a large one costs address space, not RAM).
+
+    For `harness inspect` (harness/inspect_child.py), which calls a launcher on a GPU shape's inputs
+    made on the CPU only to see what it compiles: a compiler sees a weight's dtype, shape, strides and
+    alignment, never its values, and moe_experts' expert weights at beam are 20 GB of BF16 drawn
+    through 12.5 GiB FP32 buffers. A launcher or activation that reads a weight's values reads
+    whatever the memory held; nothing that judges numbers may run in here.
+    """
+    global _weights_unfilled
+    before, _weights_unfilled = _weights_unfilled, True
+    try:
+        yield
+    finally:
+        _weights_unfilled = before
+
+
 def model_weight(kind: str, shape: tuple[int, ...], gen: torch.Generator, dtype: torch.dtype = BF16) -> torch.Tensor:
     """A parameter of `kind` (a name in reference_model.weights.INIT_RULES: "q_norm", "router",
     "gate_bias", ...) drawn as the model initializes it: N(mean, std^2), std None meaning
-    1/sqrt(fan_in), fan_in the last dim."""
+    1/sqrt(fan_in), fan_in the last dim. Under unfilled_weights(), not drawn."""
     if kind not in INIT_RULES:
         raise ValueError(f"weight kind {kind!r} unknown; known: {sorted(INIT_RULES)}")
+    if _weights_unfilled:
+        return torch.empty(shape, device=gen.device, dtype=dtype)
     rule = INIT_RULES[kind]
     std = rule.std if rule.std is not None else shape[-1] ** -0.5
     # In place: one FP32 buffer at a time, not two (moe_experts draws all of a preset's experts: 12.5 GiB each).

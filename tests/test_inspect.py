@@ -244,6 +244,17 @@ def test_a_launcher_that_asks_the_device_for_its_sm_count_is_told_the_h200s(tmp_
     assert record.status == "compiled" and record.kernel == "_copy_kernel"
 
 
+def test_a_launcher_on_moe_experts_beam_weights_is_compiled_without_drawing_20_gb(tmp_path):
+    """The expert weights at beam are 3 x 6.7 GB of BF16: drawn on the CPU, the child was killed
+    (exit -9) before it compiled anything; made unfilled (tasks/inputs.py), they cost no memory."""
+    result = harness("inspect", "task=moe_experts", f"candidate={FIXTURES / 'inspect' / 'expert_rows.py'}",
+                     f"results_dir={tmp_path}")  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (record,) = _records(tmp_path, task="moe_experts")
+    assert (record.status, record.kernel, record.shape_label) == ("compiled", "_expert_row_kernel", "T=1")
+    assert record.signature["w_ptr"] == "*bf16"
+
+
 def test_a_launcher_that_raises_before_launching_is_recorded_and_exits_1(tmp_path):
     result = harness("inspect", "task=fuse_norm", f"candidate={FIXTURES / 'fuse_norm' / 'raises.py'}",
                      f"results_dir={tmp_path}")  # fmt: skip

@@ -383,6 +383,35 @@ def test_task_weights_follow_the_model_initializer_rules():
         inputs.model_weight("q_nrom", (4,), gen)
 
 
+def _resident_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096
+
+
+def test_unfilled_weights_have_the_gpu_shapes_layout_without_the_memory():
+    """What `harness inspect` makes on the CPU: moe_experts' beam inputs, 18.75 GiB of expert weights
+    by shape, as tensors of the drawn ones' dtypes and layouts that take no RAM; outside the context,
+    weights are drawn again."""
+    from tasks import inputs
+
+    task = TASKS["moe_experts"]
+    shape, tiny = task.shape("T=1", "cuda"), task.cpu_shapes[0]
+    drawn = task.make_inputs(tiny, 0, CPU)
+    before = _resident_bytes()
+    with inputs.unfilled_weights():
+        unfilled = task.make_inputs(shape, 0, CPU)
+    grew = _resident_bytes() - before
+    nominal = sum(t.numel() * t.element_size() for t in _tensors(unfilled).values())
+    assert nominal > 18 * 2**30 and grew < 2**30, (nominal, grew)  # 18.75 GiB by shape
+    E, Fe, D = BEAM.n_experts, BEAM.expert_ff, BEAM.hidden
+    assert unfilled["w_gate_EFD"].shape == (E, Fe, D) and unfilled["w_down_EDF"].shape == (E, D, Fe)
+    for name, t in _tensors(unfilled).items():
+        assert (t.dtype, t.dim(), t.is_contiguous()) == (drawn[name].dtype, drawn[name].dim(), True), name
+    del unfilled
+    again = task.make_inputs(tiny, 0, CPU)
+    assert all(torch.equal(again[k], drawn[k]) for k in _tensors(drawn))
+
+
 # ---- on the GPU machine: every GPU shape, and the library baselines ---------------------------------
 @pytest.mark.gpu
 @pytest.mark.parametrize("name", ALL_TASKS)
