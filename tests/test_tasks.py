@@ -4,6 +4,7 @@ declared outputs, cost formulas, GPU shapes derived from the `beam` preset."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import pytest
 import torch
@@ -384,8 +385,8 @@ def test_task_weights_follow_the_model_initializer_rules():
 
 
 def _resident_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * 4096
+    with open("/proc/self/statm") as f:  # in pages
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def test_unfilled_weights_have_the_gpu_shapes_layout_without_the_memory():
