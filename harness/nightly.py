@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import candidates as candidate_files
-from harness import promote, promoted_source, records, runner
+from harness import goals, promote, promoted_source, records, runner
 from harness.environment import REPO_ROOT
 from harness.journal import ItemRecord, Journal, exclusive
 from harness.nightly_checks import Finding, TaskEvidence, assess
@@ -179,7 +179,8 @@ def evaluate_task(name: str, settings: NightlySettings, echo: Callable[[str], No
     run = result.run  # also when nothing was evaluated (no candidate, no promoted kernel on this device)
     details.update(evaluation_run=run.run_id, device=run.device, environment=run.environment,
                    policy="gpu" if run.device == "cuda" else "interpreter",
-                   candidates_dir=_display(folder.resolve()))  # fmt: skip
+                   candidates_dir=_display(folder.resolve()),
+                   goals=goals.side_by_side(task, result.records))  # fmt: skip
     return ("failed" if any(f.gating for f in findings) else "ok"), findings, details
 
 

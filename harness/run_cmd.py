@@ -5,10 +5,12 @@
     harness run -m task=fuse_norm,output_gate        one run per task
     harness run task=fuse_norm agent=anthropic agent.rounds=8   an agent proposes candidates first (harness/agents/)
     harness results task=fuse_norm last=5
+    harness results                                  every task: promotion in force, goals met or missed
 
 `run` prints a table per shape (status, error figures, times, speedups over each baseline with
-that baseline's time beside the candidate, roofline fraction, verdict) and its wall time; the
-records land in results/<task>/. Exit status: 0 when the run completed, whatever the candidates
+that baseline's time beside the candidate, roofline fraction, verdict), on a GPU the candidates
+against the task's speed goals (harness/goals.py), and its wall time; the records land in
+results/<task>/. Exit status: 0 when the run completed, whatever the candidates
 did; 1 for bad input (unknown task, shape or candidate, a candidate file that breaks the
 contract), or when an agent's session ended on an error (the API gave up; its transcript in
 results/<task>/agents/ says how far it got).
@@ -22,15 +24,17 @@ from __future__ import annotations
 import re
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 
 from harness import candidates as candidate_files
-from harness import promote, runner
+from harness import goals, promote, runner
 from harness.agents.settings import AgentSettings
 from harness.records import (
     DEFAULT_RESULTS_DIR,
     MEMCPY_COPY_FLOOR_COMMIT,
+    RECORDS_FILE,
     RUNS_FILE,
     EvaluationRecord,
     RunRecord,
@@ -51,7 +55,7 @@ class RunSettings(runner.EvaluationSettings):
 
 @dataclass(frozen=True)
 class ResultsSettings:
-    task: str = ""  # required
+    task: str = ""  # a name in tasks.TASKS; empty: every task's promotion in force and goals
     last: int = 5  # how many runs to list
     results_dir: str | None = None  # default: <repo>/results
 
@@ -169,6 +173,9 @@ def format_run(result: runner.RunResult) -> str:
         )
     if run.timing_skipped:
         lines.append(f"\nTimings: {run.timing_skipped}.")
+    goal_table = goals.run_goals_table(_task_or_error(run.task), records)
+    if goal_table:
+        lines += ["", goal_table]
     lines.append(f"Promotion: {result.promotion_reason}")
     if result.promotion is not None:
         p = result.promotion
@@ -190,30 +197,45 @@ def _label_key(label: str) -> tuple:
 
 def results(settings: ResultsSettings) -> int:
     try:
-        task = _task_or_error(settings.task)
+        task = _task_or_error(settings.task) if settings.task else None
     except ValueError as e:
         return _error(str(e))
     if settings.last < 1:
         return _error(f"last must be >= 1; got {settings.last}")
     root = DEFAULT_RESULTS_DIR if settings.results_dir is None else settings.results_dir
-    print(format_results(task.name, root, settings.last))
+    print(format_results(task.name, root, settings.last) if task else format_overview(root))
     return 0
 
 
-def format_results(task: str, results_dir, last: int) -> str:
-    from pathlib import Path
+def _standing_lines(task: str, root: Path, why: bool) -> list[str]:
+    """The promotion in force (with its reason when `why`) and the task's goals against its records."""
+    current = promote.promoted(task, root)
+    if current is None:
+        lines = ["Promoted: none"]
+    else:
+        lines = [f"Promoted: {current.candidate} ({current.content_hash[:12]}, {current.path}) since run "
+                 f"{current.run_id}" + (f": {current.reason}" if why else "")]  # fmt: skip
+    in_force = [p.content_hash for p in promote.same_code_chain(task, current, root)] if current else []
+    evaluations = read(results_dir_of(root, task) / RECORDS_FILE, EvaluationRecord)[0]
+    return [*lines, "", goals.goals_table(_task_or_error(task), evaluations, in_force)]
 
+
+def format_overview(results_dir) -> str:
+    """Every task's promotion in force and goals: `harness results` without a task."""
+    from tasks import TASKS
+
+    root = Path(results_dir)
+    lines = [f"Every task's promotion and goals, from {root} (`harness results task=<task>` for one task's runs):"]
+    for task in TASKS:
+        lines += ["", f"== {task} ==", *_standing_lines(task, root, why=False)]
+    return "\n".join(lines)
+
+
+def format_results(task: str, results_dir, last: int) -> str:
     root = Path(results_dir)
     runs, skipped_runs = read(results_dir_of(root, task) / RUNS_FILE, RunRecord)
     frame, skipped = load_frame(root, task)
-    lines = [f"== {task}: results in {results_dir_of(root, task)} =="]
-    current = promote.promoted(task, root)
-    lines.append(
-        f"Promoted: {current.candidate} ({current.content_hash[:12]}, {current.path}) since run {current.run_id}: "
-        f"{current.reason}"
-        if current
-        else "Promoted: none"
-    )
+    lines = [f"== {task}: results in {results_dir_of(root, task)} ==", *_standing_lines(task, root, why=True)]
     if not runs and frame.empty:
         lines.append("No runs recorded yet: `harness run task=" + task + "`.")
     if runs:

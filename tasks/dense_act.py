@@ -29,7 +29,7 @@ from reference_model import ops
 from reference_model.config import BeamConfig, get_config
 from tasks import inputs
 from tasks.libraries import flashinfer_module
-from tasks.task import Cost, OutputCheck, Shape, Task
+from tasks.task import Cost, Goal, OutputCheck, Shape, Task
 
 CHANNEL_SCALE_LOG_STD = 0.5
 
@@ -93,4 +93,5 @@ TASK = Task(
     cost=cost,
     description="dense-MLP SwiGLU activation silu(gate) * up, 20480 wide (BEAM.md §4, §6 #7)",
     baselines={"flashinfer_silu_and_mul": _flashinfer_silu_and_mul},
+    goals=(Goal(not_slower_than="torch_compile", source="issue 4"),),
 )

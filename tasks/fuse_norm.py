@@ -28,7 +28,7 @@ from reference_model import ops
 from reference_model.config import BeamConfig, get_config
 from tasks import inputs
 from tasks.libraries import flashinfer_module
-from tasks.task import Cost, OutputCheck, Shape, Task
+from tasks.task import Cost, Goal, OutputCheck, Shape, Task
 
 RESIDUAL_INDEX = 60
 
@@ -87,4 +87,8 @@ TASK = Task(
     cost=cost,
     description="post-norm + depth-scaled residual add + next pre-norm in one pass (BEAM.md §2, §6 #1)",
     baselines={"flashinfer_rmsnorm_x2": _flashinfer_two_rmsnorms},
+    goals=(
+        Goal(max_us=2.3, shapes=("T=1",), source="issue 4"),
+        Goal(max_us=165.0, shapes=("T=16384",), source="issue 4"),
+    ),
 )

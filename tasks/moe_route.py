@@ -44,7 +44,7 @@ from reference_model import ops
 from reference_model.config import BeamConfig, get_config
 from tasks import inputs
 from tasks.libraries import flashinfer_module
-from tasks.task import BaselineUnavailable, Cost, OutputCheck, Shape, Task
+from tasks.task import BaselineUnavailable, Cost, Goal, OutputCheck, Shape, Task
 
 MIN_MARGIN = 16 * torch.finfo(torch.float32).eps
 MAX_REDRAWS = 64
@@ -171,4 +171,9 @@ TASK = Task(
     cost=cost,
     description="grouped top-k MoE routing: sigmoid, bias, 4 of 8 groups, top-8, normalized weights (BEAM.md §4)",
     baselines={"flashinfer_fused_topk_deepseek": _flashinfer_fused_topk_deepseek},
+    goals=(
+        Goal(max_us=4.0, shapes=("T=1",), source="issue 4"),
+        Goal(max_us=5.0, shapes=("T=64",), source="issue 4"),
+        Goal(max_us=40.0, shapes=("T=16384",), source="issue 4"),
+    ),
 )

@@ -24,7 +24,7 @@ import torch
 from reference_model import ops
 from reference_model.config import BeamConfig, get_config
 from tasks import inputs
-from tasks.task import Cost, OutputCheck, Shape, Task
+from tasks.task import Cost, Goal, OutputCheck, Shape, Task
 
 
 def _shape(label: str, cfg: BeamConfig, T: int) -> Shape:
@@ -63,4 +63,8 @@ TASK = Task(
     ),
     cost=cost,
     description="attention output gate o * sigmoid(g + b[h]) with a per-head bias (BEAM.md §3.6, §6 #2)",
+    goals=(
+        Goal(not_slower_than="torch_compile", source="issue 4"),
+        Goal(max_us=143.0, shapes=("T=16384",), source="issue 4"),
+    ),
 )

@@ -52,7 +52,7 @@ from reference_model import ops
 from reference_model.config import BeamConfig, get_config
 from tasks import inputs
 from tasks.libraries import flashinfer_module
-from tasks.task import Cost, OutputCheck, Shape, Task
+from tasks.task import Cost, Goal, OutputCheck, Shape, Task
 
 VARIANTS = ("sliding", "global")
 CHANNEL_SCALE_LOG_STD = 0.5
@@ -237,4 +237,9 @@ TASK = Task(
     cost=cost,
     description="per-head Q/K RMSNorm + RoPE (sliding) or SSMax (global) + K/V cache write (BEAM.md §3, §6 #2 #6)",
     baselines={"flashinfer_norm_rope": _flashinfer_norm_rope},
+    goals=(
+        Goal(max_us=2.8, shapes=("sliding T=1", "global T=1"), source="issue 4"),
+        Goal(max_us=140.0, shapes=("sliding T=16384",), source="issue 4"),
+        Goal(max_us=135.0, shapes=("global T=16384",), source="issue 4"),
+    ),
 )

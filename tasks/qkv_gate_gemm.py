@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from reference_model import ops
 from reference_model.config import PRESETS, BeamConfig, get_config
 from tasks import inputs
-from tasks.task import BaselineUnavailable, Cost, OutputCheck, Shape, Task
+from tasks.task import BaselineUnavailable, Cost, Goal, OutputCheck, Shape, Task
 
 
 def _shape(label: str, cfg: BeamConfig, T: int) -> Shape:
@@ -93,4 +93,5 @@ TASK = Task(
     cost=cost,
     description="packed q|k|v|gate projection, one BF16 GEMM 5120 -> 14336 (BEAM.md §3.1, §6 #5)",
     baselines={"four_linears": _four_linears},
+    goals=(Goal(max_us=35.5, shapes=("T=1", "T=8"), source="issue 4"),),
 )

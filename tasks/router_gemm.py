@@ -29,7 +29,7 @@ import torch
 from reference_model import ops
 from reference_model.config import BeamConfig, get_config
 from tasks import inputs
-from tasks.task import Cost, OutputCheck, Shape, Task
+from tasks.task import Cost, Goal, OutputCheck, Shape, Task
 
 
 def _shape(label: str, cfg: BeamConfig, T: int) -> Shape:
@@ -67,4 +67,9 @@ TASK = Task(
     ),
     cost=cost,
     description="FP32 MoE router GEMM x[T, 5120] @ W[256, 5120]^T, no TF32 (BEAM.md §4.1, §6 #4)",
+    goals=(
+        Goal(max_us=3.0, shapes=("T=1",), source="issue 4"),
+        Goal(max_us=3.5, shapes=("T=8",), source="issue 4"),
+        Goal(max_us=6.0, shapes=("T=64",), source="issue 4"),
+    ),
 )

@@ -67,6 +67,44 @@ class OutputCheck:
 
 
 @dataclass(frozen=True)
+class Goal:
+    """A speed target for the task's candidates on the GPU, in the harness's own benchmark.
+
+    Exactly one bar: `max_us`, a candidate's p50 at most this many microseconds; or
+    `not_slower_than`, a baseline's name ("torch_compile", "reference" or one of the task's
+    `baselines`): a candidate's p50 at most that baseline's p50 timed beside it, in the candidate's
+    own benchmark child. `shapes`: the GPU shape labels it applies to; empty means every GPU shape.
+    `source` says who set it (the issue), so that a reader can trace the number.
+    Judged against the records by harness/goals.py; promotion does not read goals.
+    """
+
+    max_us: float | None = None
+    not_slower_than: str | None = None
+    shapes: tuple[str, ...] = ()
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        if (self.max_us is None) == (self.not_slower_than is None):
+            raise ValueError(
+                f"a goal needs exactly one bar, max_us or not_slower_than; got max_us={self.max_us!r}, "
+                f"not_slower_than={self.not_slower_than!r}"
+            )
+        if self.max_us is not None and (
+            isinstance(self.max_us, bool)
+            or not isinstance(self.max_us, int | float)
+            or not 0 < self.max_us < float("inf")
+        ):
+            raise ValueError(f"a goal's max_us must be a positive number of microseconds; got {self.max_us!r}")
+        if isinstance(self.shapes, str):
+            raise ValueError(f"a goal's shapes must be a tuple of shape labels; got the string {self.shapes!r}")
+
+    @property
+    def bar(self) -> str:
+        """'p50 <= 2.3 us' or 'not slower than torch_compile': the bar as tables print it."""
+        return f"p50 <= {self.max_us:g} us" if self.max_us is not None else f"not slower than {self.not_slower_than}"
+
+
+@dataclass(frozen=True)
 class Task:
     """One optimization target.
 
@@ -83,6 +121,7 @@ class Task:
         kernels a user could use instead). A factory raises `BaselineUnavailable` when its library
         is missing or refuses the shape. `torch.compile` of the reference is always added by the
         harness and is not listed here.
+    goals: the speed targets its candidates are held to on the GPU (Goal); reported, never used to promote.
     """
 
     name: str
@@ -95,6 +134,23 @@ class Task:
     description: str
     mutated: tuple[str, ...] = ()
     baselines: Mapping[str, Callable[[], Callable[..., Any]]] = field(default_factory=dict)
+    goals: tuple[Goal, ...] = ()
+
+    def __post_init__(self) -> None:
+        labels = [s.label for s in self.shapes]
+        peers = ["reference", "torch_compile", *self.baselines]
+        for goal in self.goals:
+            unknown = [s for s in goal.shapes if s not in labels]
+            if unknown:
+                raise ValueError(f"task {self.name!r}: goal {goal.bar!r} names shapes {unknown} that are not among its "
+                                 f"GPU shapes {labels}")  # fmt: skip
+            if goal.not_slower_than is not None and goal.not_slower_than not in peers:
+                raise ValueError(f"task {self.name!r}: goal {goal.bar!r} names no baseline of the task; expected one "
+                                 f"of {peers}")  # fmt: skip
+
+    def goal_shapes(self, goal: Goal) -> tuple[str, ...]:
+        """The GPU shape labels `goal` applies to, in the task's shape order."""
+        return tuple(s.label for s in self.shapes if not goal.shapes or s.label in goal.shapes)
 
     @property
     def op_name(self) -> str:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import candidates as candidate_files
-from harness import promote
+from harness import goals, promote
 from harness.environment import REPO_ROOT
 from harness.profile_kernel_records import kernel_profile_section, load_profiles
 from harness.records import RECORDS_FILE, EvaluationRecord, Status, read, task_results_dir
@@ -37,6 +37,7 @@ class TaskContext:
     ceilings: str  # the measured copy bandwidth and GEMM rate, with where they come from
     candidates: str  # the promoted/best candidate and the others, with their latest numbers
     hot_spots: str  # the newest model profile's ranking and the task's kernel profiles, or "none"
+    goals: str  # the task's speed goals and where its candidates stand against them (harness/goals.py)
 
 
 def _device_name(device: str) -> str:
@@ -140,6 +141,12 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
     return "\n".join(lines + broken)
 
 
+def goals_text(task: Task, records: list[EvaluationRecord], results_dir: Path) -> str:
+    current = promote.promoted(task.name, results_dir)
+    in_force = [p.content_hash for p in promote.same_code_chain(task.name, current, results_dir)] if current else []
+    return goals.goals_table(task, records, in_force)
+
+
 RUN_STAMP = re.compile(r"(\d{8}T\d{6}Z)$")  # harness/profile_model.py ends each run folder's name with it
 
 
@@ -207,4 +214,5 @@ def gather(task: Task, device: str, shapes: tuple[str, ...], seeds: tuple[int, .
         ceilings=ceilings_text(records, device),
         candidates=candidates_text(task, records, results_dir, candidates_folder),
         hot_spots=hot_spots_text(task, results_dir, profiles_dir),
+        goals=goals_text(task, records, results_dir),
     )  # fmt: skip

@@ -1,0 +1,163 @@
+"""Where a task's candidates stand against its speed goals (tasks/<task>.py `goals`), from the records.
+
+A goal is judged on GPU records only: a candidate that passed parity under the GPU policy and was
+timed. On one record its bar is either the goal's `max_us` or, for `not_slower_than`, the p50 of
+that baseline timed beside the candidate in its own benchmark child (the record's `baselines_us`);
+a record without that baseline's timing has no standing on the goal. A goal is met on a shape when
+p50 <= bar: the p50 alone, as issue 4 states its goals, not the noise band promotion uses.
+
+Who reads it: `harness results` and an agent's task statement (the promoted kernel's newest record
+and the best newest record of any candidate, per goal and shape); the end of a `harness run` on a
+GPU and each task's section of the nightly summary (that run's candidates side by side). Promotion
+never reads goals.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from harness.records import EvaluationRecord, Status
+from tasks.task import Goal, Task
+
+
+@dataclass(frozen=True)
+class Standing:
+    """One candidate record against one goal on one shape."""
+
+    implementation: str
+    p50_us: float
+    bar_us: float  # the goal's max_us, or the named baseline's p50 beside this record
+    run_id: str
+
+    @property
+    def met(self) -> bool:
+        return self.p50_us <= self.bar_us
+
+    @property
+    def margin_us(self) -> float:
+        """How far under the bar (positive) or over it (negative)."""
+        return self.bar_us - self.p50_us
+
+    def cell(self) -> str:
+        """'2.19 us, met by 0.11' or '170.73 us, missed by 5.73 (3.5%)'."""
+        if self.met:
+            return f"{self.p50_us:.2f} us, met by {self.margin_us:.2f}"
+        return f"{self.p50_us:.2f} us, missed by {-self.margin_us:.2f} ({-self.margin_us / self.bar_us:.1%})"
+
+
+@dataclass(frozen=True)
+class GoalShape:
+    """One goal on one of its shapes: the promoted kernel's standing and the best candidate's."""
+
+    goal: Goal
+    shape: str
+    in_force: Standing | None  # the promoted kernel's newest GPU record on this shape
+    best: Standing | None  # the candidate record nearest under (or least over) the bar, one per candidate
+
+
+def timed_on_gpu(records: Iterable[EvaluationRecord]) -> list[EvaluationRecord]:
+    """The records a goal can judge: candidates that passed parity on the GPU and were timed, and whose time
+    is not below what the roofline allows (`suspicious`: work skipped or a broken measurement meets nothing)."""
+    return [r for r in records if r.kind == "candidate" and r.device == "cuda" and r.policy == "gpu"
+            and r.status is Status.PASSED and r.timing is not None and not r.suspicious]  # fmt: skip
+
+
+def standing(goal: Goal, record: EvaluationRecord) -> Standing | None:
+    """`record` against `goal`; None when its bar was not timed beside it (a baseline that did not run there)."""
+    assert record.timing is not None
+    if goal.max_us is not None:
+        bar = goal.max_us
+    else:
+        bar = record.baselines_us.get(goal.not_slower_than, {}).get("p50_us")
+        if bar is None:
+            return None
+    return Standing(record.implementation, record.timing.p50_us, bar, record.run_id)
+
+
+def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], EvaluationRecord]:
+    """(implementation, shape) -> its newest record by creation time."""
+    newest: dict[tuple[str, str], EvaluationRecord] = {}
+    for r in sorted(records, key=lambda r: r.created_utc):
+        newest[(r.implementation, r.shape_label)] = r
+    return newest
+
+
+def _best(standings: Iterable[Standing]) -> Standing | None:
+    """The standing with the least p50 over its bar (ratios, so that bars of different baselines compare)."""
+    return min(standings, key=lambda s: (s.p50_us / s.bar_us, s.implementation), default=None)
+
+
+def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[str] = ()) -> list[GoalShape]:
+    """Every goal of `task` on each of its shapes, from the newest GPU record of each candidate.
+
+    `in_force`: the content hashes of the promoted kernel (its same-code chain, promote.same_code_chain);
+    its newest record among them is the in-force standing."""
+    timed = timed_on_gpu(records)
+    newest = _newest_per_candidate(timed)
+    rows = []
+    for goal in task.goals:
+        for shape in task.goal_shapes(goal):
+            here = [r for (_, label), r in newest.items() if label == shape]
+            ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force]
+            promoted = max(ours, key=lambda r: r.created_utc, default=None)
+            rows.append(GoalShape(
+                goal, shape, standing(goal, promoted) if promoted else None,
+                _best(s for s in (standing(goal, r) for r in here) if s is not None),
+            ))  # fmt: skip
+    return rows
+
+
+def _status(row: GoalShape, promoted: bool) -> str:
+    if row.in_force is not None and row.in_force.met:
+        return "met"
+    if row.best is not None and row.best.met:
+        return f"met by {row.best.implementation} only ({'not in force' if promoted else 'none promoted'})"
+    if row.best is None:
+        return "not measured on a GPU"
+    return "missed"
+
+
+def goals_table(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[str] = ()) -> str:
+    """The goals of `task` as `harness results` prints them: one row per goal and shape."""
+    if not task.goals:
+        return f"Goals: none declared for {task.name} (tasks/{task.name}.py)."
+    rows = [
+        {"shape": r.shape, "goal": r.goal.bar, "set by": r.goal.source or "-",
+         "promoted (newest)": f"{r.in_force.cell()} [{r.in_force.run_id}]" if r.in_force else "-",
+         "best candidate (newest each)": (f"{r.best.implementation} {r.best.cell()} [{r.best.run_id}]"
+                                          if r.best else "-"),
+         "status": _status(r, bool(in_force))}
+        for r in assess(task, records, in_force)
+    ]  # fmt: skip
+    met = sum(row["status"] == "met" for row in rows)
+    head = f"Goals ({met} of {len(rows)} met by the promoted kernel; p50 on the GPU, newest record of each candidate):"
+    return head + "\n" + pd.DataFrame(rows).to_string(index=False)
+
+
+def side_by_side(task: Task, records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
+    """One run's candidates against every goal of `task`, as JSON rows: {"shape", "goal", "cells", "met"},
+    where `cells` and `met` map each timed candidate to its cell text and verdict (None: no standing there)."""
+    timed = timed_on_gpu(records)
+    names = sorted({r.implementation for r in timed})
+    by_key = {(r.implementation, r.shape_label): r for r in timed}
+    rows = []
+    for goal in task.goals if names else ():
+        for shape in task.goal_shapes(goal):
+            here = {name: standing(goal, by_key[(name, shape)]) if (name, shape) in by_key else None for name in names}
+            rows.append({"shape": shape, "goal": goal.bar,
+                         "cells": {n: s.cell() if s else "-" for n, s in here.items()},
+                         "met": {n: s.met if s else None for n, s in here.items()}})  # fmt: skip
+    return rows
+
+
+def run_goals_table(task: Task, records: Iterable[EvaluationRecord]) -> str | None:
+    """The goals of `task` for one run's records, every candidate side by side; None when nothing to judge."""
+    rows = side_by_side(task, records)
+    if not rows:
+        return None
+    table = pd.DataFrame([{"shape": r["shape"], "goal": r["goal"], **r["cells"]} for r in rows])
+    return f"Goals (p50 in this run; tasks/{task.name}.py):\n" + table.to_string(index=False)

@@ -1,0 +1,146 @@
+"""Speed goals (tasks/<task>.py `goals`): declared with one bar, checked against the task's shapes, and
+judged from GPU records only: the promoted kernel's newest record, every candidate's newest, one run side
+by side (harness run, nightly) and every task at once (harness results without a task)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness import goals
+from harness.journal import ItemRecord
+from harness.records import PROMOTIONS_FILE, RECORDS_FILE, EvaluationRecord, PromotionRecord, Status, Timing, append
+from harness.regression import Thresholds
+from harness.report_nightly import nightly_markdown
+from harness.run_cmd import format_overview, format_results
+from tasks import TASKS
+from tasks.task import Goal
+
+FUSE_NORM, OUTPUT_GATE = TASKS["fuse_norm"], TASKS["output_gate"]
+
+
+def _record(name: str, shape: str, p50: float, when: str, task: str = "fuse_norm", **changes) -> EvaluationRecord:
+    fields = dict(
+        run_id=f"run-{when}", task=task, implementation=name, kind="candidate", shape_label=shape,
+        shape={"T": int(shape.split("=")[1])}, device="cuda", policy="gpu", seeds=[1], status=Status.PASSED,
+        detail="", environment={"device": "NVIDIA H200"}, candidate_hash=(name * 64)[:64],
+        candidate_path=f"candidate_kernels/{task}/{name}.py", parity={"x_TD": {"passed": True}},
+        timing=Timing(p50 * 0.98, p50, p50 * 1.02, "cuda_graph", 40, 100), created_utc=f"2026-12-{when}",
+    )  # fmt: skip
+    fields.update(changes)
+    return EvaluationRecord(**fields)
+
+
+def _compile_beside(p50: float) -> dict:
+    return {"baselines_us": {"torch_compile": {"p20_us": p50, "p50_us": p50, "p80_us": p50}}}
+
+
+# ---- declaring a goal ------------------------------------------------------------------------------------
+def test_a_goal_takes_exactly_one_bar_and_a_positive_time():
+    with pytest.raises(ValueError, match="exactly one bar, max_us or not_slower_than; got max_us=None"):
+        Goal()
+    with pytest.raises(ValueError, match="exactly one bar"):
+        Goal(max_us=2.0, not_slower_than="torch_compile")
+    for bad in (0, -1.0, float("inf"), "2.3", True):
+        with pytest.raises(ValueError, match="positive number of microseconds"):
+            Goal(max_us=bad)
+    with pytest.raises(ValueError, match="tuple of shape labels; got the string 'T=1'"):
+        Goal(max_us=2.0, shapes="T=1")
+    assert Goal(max_us=2.3).bar == "p50 <= 2.3 us" and Goal(not_slower_than="x").bar == "not slower than x"
+
+
+def test_a_task_refuses_a_goal_on_a_shape_or_baseline_it_does_not_have():
+    with pytest.raises(ValueError, match=r"names shapes \['T=2'\] that are not among its GPU shapes \['T=1', 'T=8'"):
+        dataclasses.replace(FUSE_NORM, goals=(Goal(max_us=2.0, shapes=("T=1", "T=2")),))
+    with pytest.raises(ValueError, match="names no baseline of the task; expected one of .*flashinfer_rmsnorm_x2"):
+        dataclasses.replace(FUSE_NORM, goals=(Goal(not_slower_than="cublas"),))
+    every = dataclasses.replace(FUSE_NORM, goals=(Goal(not_slower_than="flashinfer_rmsnorm_x2"),))
+    assert every.goal_shapes(every.goals[0]) == tuple(s.label for s in FUSE_NORM.shapes)
+
+
+# ---- judging records -------------------------------------------------------------------------------------
+def test_only_the_newest_gpu_record_of_each_candidate_counts_and_the_promoted_one_by_its_hashes():
+    old_hash = "f" * 64  # the promoted kernel's measured bytes, before a documentation-only rehash
+    records = [
+        _record("promoted", "T=1", 2.20, "03", candidate_hash=old_hash),
+        _record("promoted", "T=16384", 170.0, "03", candidate_hash=old_hash),
+        _record("rival", "T=16384", 160.0, "01"),  # met once, then slower: the newest counts
+        _record("rival", "T=16384", 168.0, "04"),
+        _record("rival", "T=1", 2.40, "04"),
+        _record("cpu_only", "T=1", 0.5, "05", device="cpu", policy="interpreter"),
+        _record("broken", "T=1", 0.5, "05", status=Status.MISMATCH, detail="1 ulp", timing=None),
+        _record("too_fast", "T=1", 0.001, "05", suspicious=True),  # below the roofline: meets nothing
+    ]
+    rows = goals.assess(FUSE_NORM, records, in_force=["a" * 64, old_hash])
+    assert [(r.shape, r.goal.max_us) for r in rows] == [("T=1", 2.3), ("T=16384", 165.0)]
+    small, large = rows
+    assert small.in_force.implementation == "promoted" and small.in_force.met
+    assert small.in_force.margin_us == pytest.approx(0.1) and small.best.implementation == "promoted"
+    assert large.in_force.p50_us == 170.0 and not large.in_force.met
+    assert large.best.implementation == "rival" and large.best.p50_us == 168.0
+    assert large.best.cell() == "168.00 us, missed by 3.00 (1.8%)"
+    assert goals.assess(FUSE_NORM, records, in_force=[])[0].in_force is None
+
+
+def test_not_slower_than_compares_with_the_baseline_timed_beside_each_record():
+    records = [
+        _record("gate", "T=1", 1.00, "02", task="output_gate", **_compile_beside(1.20)),
+        _record("gate", "T=8", 1.40, "02", task="output_gate", **_compile_beside(1.30)),
+        _record("gate", "T=64", 2.00, "02", task="output_gate"),  # the compile did not run beside it
+    ]
+    rows = {(r.shape, r.goal.bar): r for r in goals.assess(OUTPUT_GATE, records, in_force=[("gate" * 16)])}
+    t1, t8, t64 = (rows[(s, "not slower than torch_compile")] for s in ("T=1", "T=8", "T=64"))
+    assert t1.in_force.bar_us == 1.20 and t1.in_force.met and t1.in_force.cell() == "1.00 us, met by 0.20"
+    assert t8.in_force.bar_us == 1.30 and not t8.in_force.met
+    assert t64.in_force is None and t64.best is None  # no standing without the bar beside it
+
+
+def test_the_results_table_says_met_missed_not_in_force_and_not_measured(tmp_path):
+    folder = tmp_path / "fuse_norm"
+    for r in (_record("promoted", "T=1", 2.50, "03"), _record("rival", "T=1", 2.10, "04")):
+        append(folder / RECORDS_FILE, r)
+    table = format_results("fuse_norm", tmp_path, 5)
+    assert "Goals (0 of 2 met by the promoted kernel" in table
+    assert "met by rival only (none promoted)" in table and "not measured on a GPU" in table
+    append(folder / PROMOTIONS_FILE, PromotionRecord(
+        task="fuse_norm", action="promote", candidate="promoted", path="candidate_kernels/fuse_norm/promoted.py",
+        content_hash="promoted" * 8, run_id="run-03", evidence=["x"], reason="planted", speedups={},
+        environment={}))  # fmt: skip
+    table = format_results("fuse_norm", tmp_path, 5)
+    (row,) = [line for line in table.splitlines() if line.strip().startswith("T=1 ")]
+    assert "2.50 us, missed by 0.20 (8.7%) [run-03]" in row and row.endswith("met by rival only (not in force)")
+    append(folder / RECORDS_FILE, _record("promoted", "T=1", 2.25, "05"))
+    (row,) = [line for line in format_results("fuse_norm", tmp_path, 5).splitlines() if line.strip().startswith("T=1 ")]
+    assert "2.25 us, met by 0.05 [run-05]" in row and row.endswith(" met")
+
+
+def test_without_a_task_results_shows_every_tasks_promotion_and_goals(tmp_path):
+    append(tmp_path / "router_gemm" / RECORDS_FILE, _record("row", "T=8", 4.4, "02", task="router_gemm"))
+    text = format_overview(tmp_path)
+    for name, task in TASKS.items():
+        assert f"== {name} ==" in text
+        if not task.goals:
+            assert f"Goals: none declared for {name}" in text
+    router = text.split("== router_gemm ==")[1].split("==")[0]
+    assert "Promoted: none" in router and "row 4.40 us, missed by 0.90 (25.7%) [run-02]" in router
+
+
+# ---- one run, side by side -------------------------------------------------------------------------------
+def test_a_runs_candidates_stand_side_by_side_and_reach_the_nightly_summary():
+    records = [_record("a", "T=1", 2.2, "01"), _record("b", "T=1", 2.4, "01"), _record("a", "T=16384", 170.0, "01"),
+               _record("reference", "T=1", 38.0, "01", kind="reference", candidate_hash=None)]  # fmt: skip
+    rows = goals.side_by_side(FUSE_NORM, records)
+    assert rows[0] == {"shape": "T=1", "goal": "p50 <= 2.3 us", "cells": {"a": "2.20 us, met by 0.10",
+                       "b": "2.40 us, missed by 0.10 (4.3%)"}, "met": {"a": True, "b": False}}  # fmt: skip
+    assert rows[1]["cells"] == {"a": "170.00 us, missed by 5.00 (3.0%)", "b": "-"} and rows[1]["met"]["b"] is None
+    table = goals.run_goals_table(FUSE_NORM, records)
+    assert table.startswith("Goals (p50 in this run; tasks/fuse_norm.py):") and "2.40 us, missed by 0.10" in table
+    cpu = [_record("a", "T=1", 2.2, "01", device="cpu", policy="interpreter", timing=None)]
+    assert goals.side_by_side(FUSE_NORM, cpu) == [] and goals.run_goals_table(FUSE_NORM, cpu) is None
+
+    details = {"evaluation_run": "run-01", "goals": rows}
+    done = [ItemRecord("night", "evaluate:fuse_norm", "done", "ok", [], details)]
+    text = nightly_markdown("night", done, [], Thresholds().__dict__, "2026-12-05T06:00:00+00:00")
+    assert "#### Goals in this run (tasks/fuse_norm.py)" in text
+    assert "| `T=1` | p50 <= 2.3 us | 2.20 us, met by 0.10 | 2.40 us, missed by 0.10 (4.3%) |" in text
