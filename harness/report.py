@@ -92,6 +92,7 @@ class TaskReview:
     promoted_note: str = ""  # why it was not evaluated beside, when it was not
     promotion_reason: str = ""  # what `harness run` would decide on these records (promote.decide)
     profiles: tuple[dict[str, Any], ...] = ()  # KernelProfileRecord dicts of the reviewed candidates
+    goals: tuple[dict[str, Any], ...] = ()  # the run's candidates against the task's goals (goals.side_by_side)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,15 @@ def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str
             out.append((f"`{r.shape_label}`", other, *_band(b), f"{b['p50_us'] / r.timing.p50_us:.2f}x", beyond, "-"))
             classes.append("" if beyond == "yes" else "fail")
     return Table(headers, tuple(out), tuple(classes))
+
+
+def goals_table(rows: Sequence[dict[str, Any]]) -> Table:
+    """One run's candidates against the task's speed goals (harness/goals.py side_by_side rows); a row a
+    candidate met is marked pass, a missed one is plain: a goal informs, it gates nothing."""
+    names = list(rows[0]["cells"]) if rows else []
+    return Table(("shape", "goal", *(f"`{n}`" for n in names)),
+                 tuple((f"`{g['shape']}`", g["goal"], *(g["cells"][n] for n in names)) for g in rows),
+                 tuple("pass" if any(g["met"].values()) else "" for g in rows))  # fmt: skip
 
 
 def autotuned_lines(rows: Sequence[EvaluationRecord]) -> list[str]:
@@ -363,6 +373,8 @@ def task_section(t: TaskReview, checks: Sequence[tuple[str, str]]) -> list[Block
         blocks.append(Para(t.promoted_note, cls="note"))
     if t.promotion_reason:
         blocks.append(Para(f"Promotion on these records (as `harness run` would decide): {t.promotion_reason}."))
+    if t.goals:
+        blocks += [Heading(4, f"Goals in this run (tasks/{t.task}.py)"), goals_table(t.goals)]
     if chart_points(t):
         blocks.append(Chart(t.task, f"speedup of {t.task} candidates over each baseline",
                             "Speedup chart (p50 ratio, whiskers: p20..p80 bands): in the HTML report."))  # fmt: skip

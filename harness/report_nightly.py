@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.journal import ItemRecord
-from harness.report import ENVIRONMENT_KEYS, short, us
+from harness.report import ENVIRONMENT_KEYS, goals_table, short, us
 from harness.report_doc import Block, Bullets, Heading, Para, Table, render_html, render_markdown
 
 
@@ -70,13 +70,8 @@ def _task_blocks(r: ItemRecord) -> list[Block]:
                           "threshold us", "change", "n", "vs reference"), tuple(rows), tuple(classes))]  # fmt: skip
         untimed = sorted({v["timing_skipped"] for v in d.get("revalidation", []) if v.get("timing_skipped")})
         blocks += [Para("Timing: " + "; ".join(untimed), cls="note")] if untimed else []
-    goal_rows = d.get("goals", [])
-    if goal_rows:
-        names = list(goal_rows[0]["cells"])
-        blocks += [Heading(4, f"Goals in this run (tasks/{task}.py)"),
-                   Table(("shape", "goal", *(f"`{n}`" for n in names)),
-                         tuple((f"`{g['shape']}`", g["goal"], *(g["cells"][n] for n in names)) for g in goal_rows),
-                         tuple("pass" if any(g["met"].values()) else "" for g in goal_rows))]  # fmt: skip
+    if d.get("goals"):
+        blocks += [Heading(4, f"Goals in this run (tasks/{task}.py)"), goals_table(d["goals"])]
     drift = d.get("drift", [])
     if drift:
         blocks += [Heading(4, "Baselines against their history"),

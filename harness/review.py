@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import candidates as candidate_files
-from harness import promote, promoted_source, review_git, runner
+from harness import goals, promote, promoted_source, review_git, runner
 from harness.environment import REPO_ROOT
 from harness.records import EvaluationRecord, PromotionRecord, Status, now_utc
 from harness.regression import Thresholds
@@ -377,7 +377,7 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
             tasks.append(TaskReview(
                 name, changes, verdicts, records, result.run.run_id if result else None, promoted,
                 promoted_name if result else None, note, reason if result else "",
-                kernel_profiles(settings.results_path, name, hashes),
+                kernel_profiles(settings.results_path, name, hashes), tuple(goals.side_by_side(task, records)),
             ))  # fmt: skip
     return Review(title, now_utc(), tuple(tasks), gate_of(tasks), cheat_checks())
 

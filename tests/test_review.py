@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harness import review
+from harness import goals, review
 from harness.environment import REPO_ROOT
 from harness.records import EvaluationRecord, PromotionRecord, Status, Timing
 from harness.report import Change, Review, TaskReview, review_html, review_markdown
+from tasks import get_task
 
 EXPECTED = Path(__file__).parent / "expected" / "review_fuse_norm.md"
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "fuse_norm"
@@ -134,7 +135,8 @@ def fixed_review() -> Review:
     verdicts, reason = review.judge(changes, records, PROMOTED, "row_per_program@promoted", SHAPES)
     task = TaskReview("fuse_norm", changes, verdicts, tuple(records), RUN, PROMOTED, "row_per_program@promoted",
                       "The promoted kernel was read from `candidate_kernels/fuse_norm/row_per_program.py` at "
-                      "`0123456789ab` (the file has changed since).", reason, (PROFILE,))  # fmt: skip
+                      "`0123456789ab` (the file has changed since).", reason, (PROFILE,),
+                      tuple(goals.side_by_side(get_task("fuse_norm"), records)))  # fmt: skip
     return Review("`main...HEAD` (`aaaaaaaaaa...bbbbbbbbbb`)", WHEN, (task,), review.gate_of([task]),
                   review.cheat_checks())  # fmt: skip
 
@@ -210,7 +212,9 @@ def test_the_report_carries_every_section():
                    "`fast_rows` (candidate)", "| flashinfer |", "row_per_program@promoted (promoted)",
                    "#### Cheat checks", "`fallback_to_reference`", "Nsight Compute 2025.3.1", "| 168.20 |",
                    "| 41.2 | fma 23 xu 18 alu 15 fp64 9 | long_scoreboard 9.6 wait 2.2 not_selected 0.7 of 13.4 |",
-                   "```diff", "+    num_warps = 8", "## Environment", "| torch | 2.11.0+cu130 |"):  # fmt: skip
+                   "```diff", "+    num_warps = 8", "## Environment", "| torch | 2.11.0+cu130 |",
+                   "#### Goals in this run (tasks/fuse_norm.py)",
+                   "| `T=16384` | p50 <= 165 us | 170.00 us, missed by 5.00 (3.0%) | 240.00 us, missed"):  # fmt: skip
         assert needle in text, needle
 
 
