@@ -9,6 +9,17 @@ is recorded, not required; nor is torch.compile on a shape where dynamo falls ba
 Among eligible candidates the one with the best geometric mean, over shapes, of its smallest
 speedup over any baseline (p50 ratio) is promoted.
 
+A baseline is timed in several processes of a run: the trusted baselines child and every candidate's
+benchmark child. Where it ran faster in another of them than beside the candidate, beyond the noise
+(its p80 there below its p20 beside it) and by more than ELSEWHERE_MIN_PCT at the median, the
+candidate is judged against that faster showing (`bars`): a baseline's speed is what it showed it can
+do in the run. torch.compile's peers are the case: in qk_norm_rope's runs on the H200 their times differ
+between the processes of one run by up to 41% (global T=16384: 141.00 us beside one candidate, 178.85
+beside the other, 141.47 in the baselines child, run 20261205T014911-ba3c81), where the reference's and
+flashinfer's agree within 5% (a different pick of Inductor's autotuning in each process would explain
+it; not verified). Smaller differences between processes (a percent or two, with bands a fraction of
+a percent wide) are process conditions, and the timing beside the candidate stands.
+
 The promotion in force changes only when the candidate in force was evaluated in the same run
 (so the two were compared on the same machine, same process conditions), or when none is in force.
 A challenger then also must not be slower than the candidate in force on any shape by what
@@ -58,6 +69,53 @@ from harness.records import (
 from harness.regression import Comparison, Thresholds, compare_same_run
 
 REQUIRED_BASELINES = ("reference", "torch_compile")
+ELSEWHERE_MIN_PCT = Thresholds.min_pct  # how much faster at the median a baseline's showing elsewhere must be
+
+
+@dataclass(frozen=True)
+class Showing:
+    """One timing of a baseline on one shape in a run, and where it was taken."""
+
+    p20_us: float
+    p50_us: float
+    p80_us: float
+    where: str  # "beside it", "beside <candidate>" or "in the baselines child"
+
+    @property
+    def band(self) -> dict[str, float]:
+        return {"p20_us": self.p20_us, "p50_us": self.p50_us, "p80_us": self.p80_us}
+
+
+def showings(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], list[Showing]]:
+    """(shape, baseline) -> every timing of that baseline in these records (one run): the trusted baselines
+    child's and the ones beside each candidate."""
+    out: dict[tuple[str, str], list[Showing]] = {}
+    for r in records:
+        if r.kind != "candidate" and r.timing is not None:
+            t = r.timing
+            out.setdefault((r.shape_label, r.implementation), []).append(
+                Showing(t.p20_us, t.p50_us, t.p80_us, "in the baselines child")
+            )
+        elif r.kind == "candidate":
+            for baseline, t in r.baselines_us.items():
+                out.setdefault((r.shape_label, baseline), []).append(
+                    Showing(t["p20_us"], t["p50_us"], t["p80_us"], f"beside {r.implementation}")
+                )
+    return out
+
+
+def bars(r: EvaluationRecord, run_showings: dict[tuple[str, str], list[Showing]]) -> dict[str, Showing]:
+    """The timing each baseline timed beside candidate record `r` is judged by: its timing beside it, or
+    its fastest showing elsewhere in the run (`showings`) when one is faster beyond the noise and by more
+    than ELSEWHERE_MIN_PCT (module docstring)."""
+    out = {}
+    for baseline, t in r.baselines_us.items():
+        beside = Showing(t["p20_us"], t["p50_us"], t["p80_us"], "beside it")
+        limit = beside.p50_us * (1 - ELSEWHERE_MIN_PCT / 100)
+        faster = [s for s in run_showings.get((r.shape_label, baseline), ())
+                  if s.p80_us < beside.p20_us and s.p50_us < limit]  # fmt: skip
+        out[baseline] = min(faster, key=lambda s: s.p50_us, default=beside)
+    return out
 
 
 @dataclass(frozen=True)
@@ -69,15 +127,23 @@ class Assessment:
     path: str
     eligible: bool
     reasons: list[str]  # why not eligible (empty when eligible)
-    speedups: dict[str, dict[str, float]] = field(default_factory=dict)  # shape -> baseline -> p50 ratio
+    speedups: dict[str, dict[str, float]] = field(default_factory=dict)  # shape -> baseline -> p50 ratio (bars)
     score: float | None = None  # geomean over shapes of the smallest speedup
     short_of: dict[str, list[str]] = field(default_factory=dict)  # shape -> baselines not beaten beyond noise
     evidence: list[str] = field(default_factory=list)
+    elsewhere: dict[str, dict[str, Showing]] = field(default_factory=dict)  # shape -> baseline -> a faster
+    # showing it was judged against instead of the one beside it (bars)
 
 
-def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str]) -> Assessment:
-    """The case of one candidate (its records from one run) over the task's GPU shapes."""
+def assess(
+    candidate_records: Sequence[EvaluationRecord],
+    shapes: Sequence[str],
+    run_showings: dict[tuple[str, str], list[Showing]] | None = None,
+) -> Assessment:
+    """The case of one candidate (its records from one run) over the task's GPU shapes, each baseline's
+    bar taken from `run_showings` (`showings` of the run's records; None: the timings beside it only)."""
     first = candidate_records[0]
+    elsewhere: dict[str, dict[str, Showing]] = {}
     by_shape = {r.shape_label: r for r in candidate_records}
     reasons: list[str] = []
     speedups: dict[str, dict[str, float]] = {}
@@ -104,13 +170,17 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
         if missing:
             reasons.append(f"{label}: baselines {missing} were not timed beside it")
         speedups[label] = {}
-        for baseline, t in sorted(r.baselines_us.items()):
-            speedups[label][baseline] = t["p50_us"] / r.timing.p50_us
-            if not r.timing.p80_us < t["p20_us"]:
+        for baseline, bar in sorted(bars(r, run_showings or {}).items()):
+            speedups[label][baseline] = bar.p50_us / r.timing.p50_us
+            where = ""
+            if bar.where != "beside it":
+                elsewhere.setdefault(label, {})[baseline] = bar
+                where = f" {bar.where}, {r.baselines_us[baseline]['p20_us']:.2f} us beside it"
+            if not r.timing.p80_us < bar.p20_us:
                 short_of.setdefault(label, []).append(baseline)
                 reasons.append(
                     f"{label}: not beyond noise against {baseline} (candidate p80 {r.timing.p80_us:.2f} us, "
-                    f"{baseline} p20 {t['p20_us']:.2f} us)"
+                    f"{baseline} p20 {bar.p20_us:.2f} us{where})"
                 )
         if speedups[label]:
             worst.append(min(speedups[label].values()))
@@ -125,6 +195,7 @@ def assess(candidate_records: Sequence[EvaluationRecord], shapes: Sequence[str])
         score=score,
         evidence=[r.record_id for r in candidate_records],
         short_of=short_of,
+        elsewhere=elsewhere,
     )
 
 
@@ -188,7 +259,8 @@ def decide(
     run_shapes = {r.shape_label for r in records}
     if records[0].device != "cuda":
         return None, [], "no promotion without GPU timings"
-    assessments = [assess(rs, task_shapes) for rs in candidates.values()]
+    run_showings = showings(records)
+    assessments = [assess(rs, task_shapes, run_showings) for rs in candidates.values()]
     if current is not None and current.action == "promote" and current.content_hash in candidates:
         failed = [r for r in candidates[current.content_hash] if r.status is not Status.PASSED]
         if failed:

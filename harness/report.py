@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness import promote
 from harness.profile_kernel_records import pipes_cell, stalls_cell
 from harness.profile_summary import format_cell
 from harness.records import EvaluationRecord, PromotionRecord, Status
@@ -177,8 +178,11 @@ def _band(t: dict[str, float]) -> tuple[str, str, str, str]:
     return us(t["p20_us"]), us(t["p50_us"]), us(t["p80_us"]), f"{noise:.1%}"
 
 
-def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str, EvaluationRecord]) -> Table:
-    """The candidate and everything it was timed against, per shape; `promoted`: shape -> record."""
+def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str, EvaluationRecord],
+                 run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None) -> Table:  # fmt: skip
+    """The candidate and everything it was timed against, per shape; `promoted`: shape -> record. A baseline
+    that ran faster beyond noise elsewhere in the run (`run_showings`, promote.bars) gets a second row: the
+    showing the candidate is judged against."""
     headers = ("shape", "implementation", "p20 us", "p50 us", "p80 us", "noise", "candidate speedup",
                "beyond noise", "floor fraction")  # fmt: skip
     out, classes = [], []
@@ -193,7 +197,11 @@ def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str
             floor += f"; {pct(r.copy_floor_fraction)} of one kernel moving the same bytes ({us(r.copy_floor_us)} us)"
         out.append((f"`{r.shape_label}`", f"`{name}` (candidate)", *_band(t), "-", "-", floor))
         classes.append("candidate")
-        others = sorted(r.baselines_us.items())
+        others = []
+        for baseline, bar in sorted(promote.bars(r, run_showings or {}).items()):
+            others.append((baseline, r.baselines_us[baseline]))
+            if bar.where != "beside it":
+                others.append((f"{baseline} ({bar.where}: faster, the bar)", bar.band))
         p = promoted.get(r.shape_label)
         if p is not None and p.timing is not None and p.implementation != name:
             others.append((f"{p.implementation} (promoted)", {"p20_us": p.timing.p20_us, "p50_us": p.timing.p50_us,
@@ -282,20 +290,21 @@ def profile_section(
 
 
 def chart_points(t: TaskReview) -> list[SpeedupPoint]:
+    """Speedups of the reviewed candidates (and of the promoted kernel beside them) over each baseline's bar
+    (promote.bars: beside it, or faster elsewhere in the run)."""
     names = {c.candidate for c in t.changes if c.candidate}
-    points = []
-    for r in t.records:
-        if r.implementation in names and r.timing is not None:
-            mine = {"p20_us": r.timing.p20_us, "p50_us": r.timing.p50_us, "p80_us": r.timing.p80_us}
-            for b, times in sorted(r.baselines_us.items()):
-                points.append(SpeedupPoint.from_timings(r.implementation, r.shape_label, b, mine, times))
-    promoted = [r for r in t.records if r.implementation == t.promoted_name and r.timing is not None]
+    run_showings = promote.showings(t.records)
+
+    def of(r: EvaluationRecord, label: str) -> list[SpeedupPoint]:
+        mine = {"p20_us": r.timing.p20_us, "p50_us": r.timing.p50_us, "p80_us": r.timing.p80_us}
+        return [SpeedupPoint.from_timings(label, r.shape_label, b, mine, bar.band)
+                for b, bar in sorted(promote.bars(r, run_showings).items())]  # fmt: skip
+
+    points = [p for r in t.records if r.implementation in names and r.timing is not None
+              for p in of(r, r.implementation)]  # fmt: skip
     if points and t.promoted_name not in names:
-        for r in promoted:
-            mine = {"p20_us": r.timing.p20_us, "p50_us": r.timing.p50_us, "p80_us": r.timing.p80_us}
-            for b, times in sorted(r.baselines_us.items()):
-                points.append(SpeedupPoint.from_timings(f"{r.implementation} (promoted)", r.shape_label, b, mine,
-                                                        times))  # fmt: skip
+        points += [p for r in t.records if r.implementation == t.promoted_name and r.timing is not None
+                   for p in of(r, f"{r.implementation} (promoted)")]  # fmt: skip
     return points
 
 
@@ -324,7 +333,7 @@ def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) 
         blocks += [Bullets(tuple(failures(rows)))] if failures(rows) else []
         promoted = {r.shape_label: r for r in t.records if r.implementation == t.promoted_name}
         blocks.append(Heading(4, "Timing"))
-        table = timing_table(rows, c.candidate, promoted)
+        table = timing_table(rows, c.candidate, promoted, promote.showings(t.records))
         if table.rows:
             blocks.append(table)
             notes = sorted({f"`{b}`: {why}" for r in rows for b, why in r.baseline_notes.items()})

@@ -110,7 +110,8 @@ def _parity_cells(r: EvaluationRecord) -> tuple[str, str, str]:
     return str(max_ulp), f"{mismatched}/{total}", f"{max(ratios):.3f}" if ratios else "-"
 
 
-def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote.Assessment | None) -> str:
+def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote.Assessment | None,
+             bars: dict[str, promote.Showing]) -> str:  # fmt: skip
     if r.status is not Status.PASSED:
         return f"FAIL {r.status.value}: {r.detail}"[:160]
     if r.kind != "candidate":
@@ -122,7 +123,7 @@ def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote
         return f"parity ok{forced}" + (f"; {r.timing_skipped}" if r.device == "cuda" else " (timing skipped: no GPU)")
     if r.suspicious:
         return "SUSPICIOUS: faster than the roofline floor"
-    slower = [b for b, t in r.baselines_us.items() if not r.timing.p80_us < t["p20_us"]]
+    slower = [b for b, bar in bars.items() if not r.timing.p80_us < bar.p20_us]
     if slower:
         return f"not faster beyond noise than {', '.join(slower)}"
     if promoted_hash == r.candidate_hash:
@@ -136,6 +137,8 @@ def format_run(result: runner.RunResult) -> str:
                                                                         if r.kind != "candidate"})  # fmt: skip
     promoted_hash = result.run.promoted
     assessments = {a.content_hash: a for a in result.assessments}
+    run_showings = promote.showings(records)
+    elsewhere = False
     lines = []
     for label in dict.fromkeys(r.shape_label for r in records):
         rows = []
@@ -147,12 +150,15 @@ def format_run(result: runner.RunResult) -> str:
                 "p50 (p20-p80)": (f"{_ms_or_us(r.timing.p50_us)} ({r.timing.p20_us:.2f}-{r.timing.p80_us:.2f})"
                                   if r.timing else "-"),
             }  # fmt: skip
-            for b in baselines:  # the baseline as timed beside this candidate, in its own process
-                row[f"vs {b}"] = (f"{r.speedups[b]:.2f}x ({_ms_or_us(r.baselines_us[b]['p50_us'])})"
-                                  if b in r.speedups else "-")  # fmt: skip
+            bars = promote.bars(r, run_showings) if r.timing is not None else {}
+            for b in baselines:  # the baseline as timed beside this candidate, or faster elsewhere (promote.bars)
+                bar = bars.get(b)
+                where = "" if bar is None or bar.where == "beside it" else f" {bar.where}*"
+                elsewhere = elsewhere or bool(where)
+                row[f"vs {b}"] = f"{bar.p50_us / r.timing.p50_us:.2f}x ({_ms_or_us(bar.p50_us)}{where})" if bar else "-"
             row["floor"] = f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else "-"
             row["copy floor"] = f"{r.copy_floor_fraction:.0%}" if r.copy_floor_fraction is not None else "-"
-            row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash))
+            row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash), bars)
             rows.append(row)
         if not any(r.timing for r in records if r.shape_label == label):  # CPU: no timing columns
             timing_columns = ("p50", "vs ", "floor", "copy floor")
@@ -165,6 +171,11 @@ def format_run(result: runner.RunResult) -> str:
         lines.append(
             "\nBaseline rows: timed in the trusted baselines child. A candidate's 'vs' cells and verdict use "
             "the baselines timed again beside it, in its own benchmark child (their p50 in parentheses)."
+        )
+    if elsewhere:
+        lines.append(
+            "*: the baseline ran faster beyond noise elsewhere in this run than beside the candidate; the verdict "
+            "and the promotion judge the candidate against that showing (harness/promote.py bars)."
         )
     if any(r.copy_floor_fraction is not None for r in records):
         lines.append(

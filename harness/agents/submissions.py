@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import candidates as candidate_files
+from harness import promote
 from harness.candidates import Candidate, CandidateError, CandidateMeta
 from harness.records import EvaluationRecord, Status
 from harness.runner import RunResult
@@ -163,7 +164,7 @@ def clip_log(text: str) -> str:
     return f"{text[:LOG_HEAD_CHARS]}\n[... {cut} characters cut ...]\n{text[-LOG_TAIL_CHARS:]}"
 
 
-def _shape_entry(r: EvaluationRecord) -> dict[str, Any]:
+def _shape_entry(r: EvaluationRecord, run_showings: dict[tuple[str, str], list[promote.Showing]]) -> dict[str, Any]:
     entry: dict[str, Any] = {"shape": r.shape_label, "status": r.status.value}
     if r.detail:
         entry["detail"] = r.detail[:DETAIL_CHARS]
@@ -176,9 +177,12 @@ def _shape_entry(r: EvaluationRecord) -> dict[str, Any]:
                            for out, figures in r.parity.items()}  # fmt: skip
     if r.timing is not None:
         entry["p50_us"], entry["p20_us"], entry["p80_us"] = r.timing.p50_us, r.timing.p20_us, r.timing.p80_us
-        entry["speedup_vs"] = {b: round(s, 4) for b, s in sorted(r.speedups.items())}
-        entry["baseline_p50_us"] = {b: t["p50_us"] for b, t in sorted(r.baselines_us.items())}
-        entry["beyond_noise_vs"] = {b: r.timing.p80_us < t["p20_us"] for b, t in sorted(r.baselines_us.items())}
+        bars = sorted(promote.bars(r, run_showings).items())  # what promotion judges it against
+        entry["speedup_vs"] = {b: round(bar.p50_us / r.timing.p50_us, 4) for b, bar in bars}
+        entry["baseline_p50_us"] = {b: bar.p50_us for b, bar in bars}
+        entry["beyond_noise_vs"] = {b: r.timing.p80_us < bar.p20_us for b, bar in bars}
+        if faster := {b: bar.where for b, bar in bars if bar.where != "beside it"}:
+            entry["baseline_timed_faster_elsewhere"] = faster
         entry["floor_us"], entry["floor_fraction"] = r.floor_us, r.floor_fraction
         if r.suspicious:
             entry["suspicious"] = "faster than the roofline floor: a measurement problem or a cheat"
@@ -192,11 +196,13 @@ def verdict(candidate: Candidate, result: RunResult) -> dict[str, Any]:
     recs = result.for_implementation(candidate.name)
     passed = [r.shape_label for r in recs if r.status is Status.PASSED]
     failed = [r for r in recs if r.status is not Status.PASSED]
+    run_showings = promote.showings(result.records)
+    entries = [_shape_entry(r, run_showings) for r in recs]
     if not failed:
         summary = f"passed parity on all {len(recs)} shapes"
-        timed = [r for r in recs if r.timing is not None]
+        timed = [e["speedup_vs"] for e in entries if "p50_us" in e]
         if timed:
-            worst = min(min(r.speedups.values(), default=0.0) for r in timed)
+            worst = min(min(speedups.values(), default=0.0) for speedups in timed)
             summary += f"; worst speedup over any baseline {worst:.3f}x"
         else:
             summary += f" (not timed: {recs[0].timing_skipped})" if recs else ""
@@ -207,7 +213,7 @@ def verdict(candidate: Candidate, result: RunResult) -> dict[str, Any]:
         "candidate": candidate.name, "file": candidate.display_path, "content_hash": candidate.content_hash,
         "run_id": result.run.run_id, "device": recs[0].device if recs else None,
         "passed": not failed and bool(recs), "passed_shapes": passed, "summary": summary,
-        "shapes": [_shape_entry(r) for r in recs],
+        "shapes": entries,
     }  # fmt: skip
     if logs:
         out["log"] = [clip_log(text) for text in logs[:2]]
