@@ -14,8 +14,15 @@ plain config then makes 1 round trip, with the same registers (168 for the T = 1
 instruction count (1371). The barrier costs one bar.sync per program. The ring configs (TMA, T = 16384) are
 unchanged. Outputs are the parent's bit for bit: no arithmetic changes.
 
-Not yet measured on the GPU (no device was lent after this was written). The parent ran T = 1 in 2.19-2.25 us (goal
-2.3, met by 0.05-0.11) beside one launch moving the same bytes in 1.09-1.14.
+Measured on the H200 (thirty-fifth session, `harness run task=fuse_norm "candidates=[loads_first,mixed_squares]"
+bench.max_seconds=3`, run 20261205T015735-19b9d3 at b53247b; results/gpu_logs/2026-12-05-session35/), p50 us against
+mixed_squares beside it, bit-exact with it:
+  T=1 2.25 / 2.25, T=3 2.64 / 2.76, T=8 2.84 / 3.06, T=64 3.58 / 3.86, T=1000 12.06 / 11.45, T=16384 170.11 / 170.22.
+T = 1 is unchanged (goal 2.3 met by 0.05 by both; one launch moving the same bytes 1.14): the one round trip saved
+there is not on the row's critical path. T = 3..64 gain 4-7%. T = 1000 lost 5.4%, and with it the promotion
+(slower than the kernel in force beyond noise). There the autotuners picked different configs: this one MIXED = 0,
+mixed_squares MIXED = 6, the same plain config otherwise (and at T = 3..8 the other way round); whether the loss is
+that pick or the barrier was not measured.
 
 mixed_squares.py's header, unchanged (its figures are the parent's):
 

@@ -25,9 +25,21 @@ memory), after the heads, and per token where the ring's pipeliner is not in use
 cache writes are still skipped for slot -1). The values computed are the parent's, bit for bit (the same
 arithmetic; only loads moved).
 
-Not yet measured on the GPU (no device was lent after this was written). What to expect: the grid split at global
-T = 16384 is the shape whose goal this aims at (145.46 us in the harness beside a same-bytes copy of 136.73; goal
-135); T = 1 saves one L2 round trip per call at most.
+Measured on the H200 (thirty-fifth session, `harness run task=qk_norm_rope "candidates=[loads_first,pdl_token_ring]"
+bench.max_seconds=3`, run 20261205T014911-ba3c81 at b53247b; results/gpu_logs/2026-12-05-session35/), p50 us,
+sliding / global, against pdl_token_ring beside it; bit-exact with it everywhere (the same ulp counts):
+  T=1      1.40 / 1.28   against 1.45 / 1.28   (goal 2.8: met by 1.40 / 1.52; the same-bytes launch 1.35 / 1.34)
+  T=3      1.40 / 1.34   against 1.53 / 1.38
+  T=8      1.59 / 1.63   against 1.77 / 1.66
+  T=64     2.14 / 2.12   against 2.40 / 2.17
+  T=1000   9.54 / 9.20   against 9.57 / 9.43
+  T=16384  148.81 / 143.28  against 151.07 / 143.69  (goals 140 / 135: missed by 8.81 / 8.28, 6.3% / 6.1%)
+The grid programs gain most at sliding T = 3..64 (8-11%), where each token is one program and its latencies are the
+time. The split at global T = 16384 gains 0.3% only: 2 round trips instead of 4 per program, but with thousands of
+programs in flight their latencies were already hidden; the kernel runs at 95% of one launch moving the same bytes
+(136.15 us in its child), so the goal (135) is below that copy and the gap is not the load order. Promoted over
+pdl_token_ring: at global T = 16384 both miss the torch.compile timed beside pdl_token_ring (141.00 us; 178.85 beside
+this one), which fails parity; this one is faster on other shapes and slower on none.
 
 pdl_token_ring.py's header, unchanged (its figures are the parent's):
 
