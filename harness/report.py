@@ -181,8 +181,8 @@ def _band(t: dict[str, float]) -> tuple[str, str, str, str]:
 def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str, EvaluationRecord],
                  run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None) -> Table:  # fmt: skip
     """The candidate and everything it was timed against, per shape; `promoted`: shape -> record. A baseline
-    that ran faster beyond noise elsewhere in the run (`run_showings`, promote.bars) gets a second row: the
-    showing the candidate is judged against."""
+    that ran more than 5% faster, beyond noise, elsewhere in the run (`run_showings`, promote.bars) gets a
+    second row: the showing the candidate is judged against."""
     headers = ("shape", "implementation", "p20 us", "p50 us", "p80 us", "noise", "candidate speedup",
                "beyond noise", "floor fraction")  # fmt: skip
     out, classes = [], []

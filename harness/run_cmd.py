@@ -174,8 +174,9 @@ def format_run(result: runner.RunResult) -> str:
         )
     if elsewhere:
         lines.append(
-            "*: the baseline ran faster beyond noise elsewhere in this run than beside the candidate; the verdict "
-            "and the promotion judge the candidate against that showing (harness/promote.py bars)."
+            f"*: the baseline ran more than {promote.ELSEWHERE_MIN_PCT:g}% faster, beyond noise, elsewhere in this run "
+            "than beside the candidate; the verdict and the promotion judge the candidate against that showing "
+            "(harness/promote.py bars)."
         )
     if any(r.copy_floor_fraction is not None for r in records):
         lines.append(

@@ -517,7 +517,7 @@ def test_a_baseline_faster_elsewhere_in_the_run_is_the_bar_wherever_the_run_is_s
     lucky_row = next(line for line in table.splitlines() if line.strip().startswith("lucky"))
     assert "0.97x (6.00 us beside steady*)" in lucky_row and "1.61x (10.00 us)" in lucky_row
     assert lucky_row.endswith("not faster beyond noise than torch_compile")
-    assert "*: the baseline ran faster beyond noise elsewhere in this run" in table
+    assert "*: the baseline ran more than 5% faster, beyond noise, elsewhere in this run" in table
 
     rows = report.timing_table(lucky, "lucky", {}, run_showings).rows
     assert [(row[1], row[-2]) for row in rows if row[0] == "`T=1`"] == [
