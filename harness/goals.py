@@ -2,7 +2,8 @@
 
 A goal is judged on GPU records only: a candidate that passed parity under the GPU policy and was
 timed. On one record its bar is either the goal's `max_us` or, for `not_slower_than`, the p50 of
-that baseline timed beside the candidate in its own benchmark child (the record's `baselines_us`);
+that baseline timed beside the candidate in its own benchmark child (the record's `baselines_us`),
+or of its faster showing elsewhere in the same run where promotion judges by that one (promote.bars);
 a record without that baseline's timing has no standing on the goal. A goal is met on a shape when
 p50 <= bar: the p50 alone, as issue 4 states its goals, not the noise band promotion uses.
 
@@ -20,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from harness import promote
 from harness.records import EvaluationRecord, Status
 from tasks.task import Goal, Task
 
@@ -66,16 +68,27 @@ def timed_on_gpu(records: Iterable[EvaluationRecord]) -> list[EvaluationRecord]:
             and r.status is Status.PASSED and r.timing is not None and not r.suspicious]  # fmt: skip
 
 
-def standing(goal: Goal, record: EvaluationRecord) -> Standing | None:
-    """`record` against `goal`; None when its bar was not timed beside it (a baseline that did not run there)."""
+def standing(
+    goal: Goal, record: EvaluationRecord, run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None
+) -> Standing | None:
+    """`record` against `goal`, a baseline's bar taken as promotion takes it (promote.bars, from `run_showings`
+    of the record's run); None when that baseline was not timed beside it."""
     assert record.timing is not None
     if goal.max_us is not None:
         bar = goal.max_us
     else:
-        bar = record.baselines_us.get(goal.not_slower_than, {}).get("p50_us")
-        if bar is None:
+        showing = promote.bars(record, run_showings or {}).get(goal.not_slower_than)
+        if showing is None:
             return None
+        bar = showing.p50_us
     return Standing(record.implementation, record.timing.p50_us, bar, record.run_id)
+
+
+def _showings_by_run(records: Sequence[EvaluationRecord]) -> dict[str, dict[tuple[str, str], list[promote.Showing]]]:
+    runs: dict[str, list[EvaluationRecord]] = {}
+    for r in records:
+        runs.setdefault(r.run_id, []).append(r)
+    return {run_id: promote.showings(rs) for run_id, rs in runs.items()}
 
 
 def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], EvaluationRecord]:
@@ -96,6 +109,8 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[s
 
     `in_force`: the content hashes of the promoted kernel (its same-code chain, promote.same_code_chain);
     its newest record among them is the in-force standing."""
+    records = list(records)
+    by_run = _showings_by_run(records)
     timed = timed_on_gpu(records)
     newest = _newest_per_candidate(timed)
     rows = []
@@ -105,8 +120,8 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[s
             ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force]
             promoted = max(ours, key=lambda r: r.created_utc, default=None)
             rows.append(GoalShape(
-                goal, shape, standing(goal, promoted) if promoted else None,
-                _best(s for s in (standing(goal, r) for r in here) if s is not None),
+                goal, shape, standing(goal, promoted, by_run[promoted.run_id]) if promoted else None,
+                _best(s for s in (standing(goal, r, by_run[r.run_id]) for r in here) if s is not None),
             ))  # fmt: skip
     return rows
 
@@ -141,13 +156,16 @@ def goals_table(task: Task, records: Iterable[EvaluationRecord], in_force: Seque
 def side_by_side(task: Task, records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
     """One run's candidates against every goal of `task`, as JSON rows: {"shape", "goal", "cells", "met"},
     where `cells` and `met` map each timed candidate to its cell text and verdict (None: no standing there)."""
+    records = list(records)
+    run_showings = promote.showings(records)
     timed = timed_on_gpu(records)
     names = sorted({r.implementation for r in timed})
     by_key = {(r.implementation, r.shape_label): r for r in timed}
     rows = []
     for goal in task.goals if names else ():
         for shape in task.goal_shapes(goal):
-            here = {name: standing(goal, by_key[(name, shape)]) if (name, shape) in by_key else None for name in names}
+            here = {name: standing(goal, by_key[(name, shape)], run_showings) if (name, shape) in by_key else None
+                    for name in names}  # fmt: skip
             rows.append({"shape": shape, "goal": goal.bar,
                          "cells": {n: s.cell() if s else "-" for n, s in here.items()},
                          "met": {n: s.met if s else None for n, s in here.items()}})  # fmt: skip
