@@ -84,13 +84,6 @@ def standing(
     return Standing(record.implementation, record.timing.p50_us, bar, record.run_id)
 
 
-def _showings_by_run(records: Sequence[EvaluationRecord]) -> dict[str, dict[tuple[str, str], list[promote.Showing]]]:
-    runs: dict[str, list[EvaluationRecord]] = {}
-    for r in records:
-        runs.setdefault(r.run_id, []).append(r)
-    return {run_id: promote.showings(rs) for run_id, rs in runs.items()}
-
-
 def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], EvaluationRecord]:
     """(implementation, shape) -> its newest record by creation time."""
     newest: dict[tuple[str, str], EvaluationRecord] = {}
@@ -110,7 +103,7 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[s
     `in_force`: the content hashes of the promoted kernel (its same-code chain, promote.same_code_chain);
     its newest record among them is the in-force standing."""
     records = list(records)
-    by_run = _showings_by_run(records)
+    by_run = promote.showings_by_run(records)
     timed = timed_on_gpu(records)
     newest = _newest_per_candidate(timed)
     rows = []

@@ -104,6 +104,14 @@ def showings(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], list[
     return out
 
 
+def showings_by_run(records: Sequence[EvaluationRecord]) -> dict[str, dict[tuple[str, str], list[Showing]]]:
+    """run id -> `showings` of that run's records."""
+    runs: dict[str, list[EvaluationRecord]] = {}
+    for r in records:
+        runs.setdefault(r.run_id, []).append(r)
+    return {run_id: showings(rs) for run_id, rs in runs.items()}
+
+
 def bars(r: EvaluationRecord, run_showings: dict[tuple[str, str], list[Showing]]) -> dict[str, Showing]:
     """The timing each baseline timed beside candidate record `r` is judged by: its timing beside it, or
     its fastest showing elsewhere in the run (`showings`) when one is faster beyond the noise and by more

@@ -527,3 +527,18 @@ def test_on_the_gpu_verdicts_carry_timings_against_every_baseline(tmp_path):
     (bench,) = box.run_all([bench_call])
     again = json.loads(bench["content"])
     assert bench["is_error"] is False and again["shapes"][0]["p50_us"] > 0 and again["run_id"] != verdict["run_id"]
+
+
+def test_the_statement_shows_the_promoted_kernels_speedups_as_promotion_bars_them():
+    """qk_norm_rope's committed H200 records: loads_first, promoted and since rehashed (a header edit), keeps its
+    figures in the statement; at global T=16384 its speedup over torch.compile is over the compile's time beside
+    pdl_token_ring (141.00 us), not the 178.85 us timed beside it (promote.bars)."""
+    task = get_task("qk_norm_rope")
+    results = REPO_ROOT / "results"
+    records = read(results / "qk_norm_rope" / RECORDS_FILE, EvaluationRecord)[0]
+    text = context.candidates_text(task, records, results, REPO_ROOT / "candidate_kernels" / "qk_norm_rope")
+    lines = text.splitlines()
+    assert lines[0].startswith("Promoted (the one to beat): loads_first")
+    (line,) = [line for line in lines if line.startswith("  - global T=16384: p50 143.28 us")]
+    assert "0.98x vs torch_compile (its time beside pdl_token_ring, faster than beside it)" in line
+    assert "13.87x vs flashinfer_norm_rope," in line  # timed beside it: no note

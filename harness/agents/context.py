@@ -70,12 +70,15 @@ def _fmt_us(us: float) -> str:
     return f"{us / 1e3:.3f} ms" if us >= 1e4 else f"{us:.2f} us"
 
 
-def _record_line(r: EvaluationRecord) -> str:
+def _record_line(r: EvaluationRecord, run_showings: dict[tuple[str, str], list[promote.Showing]]) -> str:
+    """One shape's status, or its p50 and speedups over each baseline as promotion bars it (promote.bars)."""
     if r.status is not Status.PASSED:
         return f"{r.shape_label}: {r.status.value} ({r.detail[:120]})"
     if r.timing is None:
         return f"{r.shape_label}: passed parity ({r.device}, not timed)"
-    vs = ", ".join(f"{s:.2f}x vs {b}" for b, s in sorted(r.speedups.items()))
+    vs = ", ".join(f"{bar.p50_us / r.timing.p50_us:.2f}x vs {b}" + ("" if bar.where == "beside it" else
+                   f" (its time {bar.where}, faster than beside it)")
+                   for b, bar in sorted(promote.bars(r, run_showings).items()))  # fmt: skip
     floor = f", {r.floor_fraction:.0%} of the floor" if r.floor_fraction is not None else ""
     return f"{r.shape_label}: p50 {_fmt_us(r.timing.p50_us)} ({vs}{floor})"
 
@@ -105,14 +108,19 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
     lines = []
     current = promote.promoted(task.name, results_dir)
     latest = _latest_by_hash(records)
+    by_run = promote.showings_by_run(records)
     if current is not None:
         score = [min(s.values()) for s in current.speedups.values() if s]
         geo = math.exp(sum(map(math.log, score)) / len(score)) if score else None
         lines.append(f"Promoted (the one to beat): {current.candidate} ({current.path}, sha256 "
                      f"{current.content_hash[:12]}), promoted in run {current.run_id}"
                      + (f"; geomean of its worst speedups {geo:.3f}x" if geo else "") + ".")  # fmt: skip
-        for r in sorted(latest.get(current.content_hash, []), key=lambda r: r.shape_label):
-            lines.append(f"  - {_record_line(r)}")
+        # its newest evaluation under any bytes of the same code (harness rehash: a header edited since)
+        chain = [latest[p.content_hash] for p in promote.same_code_chain(task.name, current, results_dir)
+                 if p.content_hash in latest]  # fmt: skip
+        newest = max(chain, key=lambda rs: (rs[0].device == "cuda", rs[0].created_utc), default=[])
+        for r in sorted(newest, key=lambda r: r.shape_label):
+            lines.append(f"  - {_record_line(r, by_run[r.run_id])}")
     else:
         lines.append("Promoted: none yet (promotion needs GPU timings beating every baseline on every GPU shape).")
     present, broken = [], []
@@ -132,7 +140,7 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
         where = f"{recs[0].device}, run {recs[0].run_id}" if recs else "never evaluated"
         lines.append(f"- {c.name} ({c.meta.author}{', ' + c.meta.model if c.meta.model else ''}): "
                      f"{c.meta.idea} [{where}]")  # fmt: skip
-        lines += [f"  - {_record_line(r)}" for r in recs]
+        lines += [f"  - {_record_line(r, by_run[r.run_id])}" for r in recs]
     if not present and current is None:
         lines.append(f"No candidate files yet in {folder}.")
     baseline = _baseline_line(records)
