@@ -100,7 +100,7 @@ def _best(standings: Iterable[Standing]) -> Standing | None:
 def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[str] = ()) -> list[GoalShape]:
     """Every goal of `task` on each of its shapes, from the newest GPU record of each candidate.
 
-    `in_force`: the content hashes of the promoted kernel (its same-code chain, promote.same_code_chain);
+    `in_force`: the content hashes of the promoted kernel (promote.same_code_hashes);
     its newest record among them is the in-force standing."""
     records = list(records)
     by_run = promote.showings_by_run(records)

@@ -167,7 +167,7 @@ def evaluate_task(name: str, settings: NightlySettings, echo: Callable[[str], No
             message = f"the evaluation failed: {type(e).__name__}: {e}"
             return "error", [Finding("failure", name, "harness", message, True)], {"error": message}
     after = promote.promoted(name, results)
-    lineage = tuple(r.content_hash for r in promote.same_code_chain(name, before, results)) if before else ()
+    lineage = promote.same_code_hashes(name, before, results)
     evidence = TaskEvidence(
         task=name, records=result.records, promoted_before=before, promoted_name=promoted_name, promoted_note=note,
         promotion=result.promotion, promotion_reason=result.promotion_reason,

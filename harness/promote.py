@@ -81,6 +81,11 @@ class Showing:
     p80_us: float
     where: str  # "beside it", "beside <candidate>" or "in the baselines child"
 
+    @classmethod
+    def of(cls, band: dict[str, float], where: str) -> Showing:
+        """From a record's `baselines_us` entry."""
+        return cls(band["p20_us"], band["p50_us"], band["p80_us"], where)
+
     @property
     def band(self) -> dict[str, float]:
         return {"p20_us": self.p20_us, "p50_us": self.p50_us, "p80_us": self.p80_us}
@@ -98,9 +103,7 @@ def showings(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], list[
             )
         elif r.kind == "candidate":
             for baseline, t in r.baselines_us.items():
-                out.setdefault((r.shape_label, baseline), []).append(
-                    Showing(t["p20_us"], t["p50_us"], t["p80_us"], f"beside {r.implementation}")
-                )
+                out.setdefault((r.shape_label, baseline), []).append(Showing.of(t, f"beside {r.implementation}"))
     return out
 
 
@@ -118,7 +121,7 @@ def bars(r: EvaluationRecord, run_showings: dict[tuple[str, str], list[Showing]]
     than ELSEWHERE_MIN_PCT (module docstring)."""
     out = {}
     for baseline, t in r.baselines_us.items():
-        beside = Showing(t["p20_us"], t["p50_us"], t["p80_us"], "beside it")
+        beside = Showing.of(t, "beside it")
         limit = beside.p50_us * (1 - ELSEWHERE_MIN_PCT / 100)
         faster = [s for s in run_showings.get((r.shape_label, baseline), ())
                   if s.p80_us < beside.p20_us and s.p50_us < limit]  # fmt: skip
@@ -363,6 +366,14 @@ def promoted(task: str, results_dir: Path | str | None = None) -> PromotionRecor
     if not records or records[-1].action != "promote":
         return None
     return records[-1]
+
+
+def same_code_hashes(
+    task: str, record: PromotionRecord | None, results_dir: Path | str | None = None
+) -> tuple[str, ...]:
+    """The content hashes of `record`'s same-code chain, newest first (none for no record): every bytes the
+    promoted kernel's evidence may have been measured under."""
+    return tuple(r.content_hash for r in same_code_chain(task, record, results_dir)) if record else ()
 
 
 def same_code_chain(task: str, record: PromotionRecord, results_dir: Path | str | None = None) -> list[PromotionRecord]:

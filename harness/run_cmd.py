@@ -227,7 +227,7 @@ def _standing_lines(task: str, root: Path, why: bool) -> list[str]:
     else:
         lines = [f"Promoted: {current.candidate} ({current.content_hash[:12]}, {current.path}) since run "
                  f"{current.run_id}" + (f": {current.reason}" if why else "")]  # fmt: skip
-    in_force = [p.content_hash for p in promote.same_code_chain(task, current, root)] if current else []
+    in_force = promote.same_code_hashes(task, current, root)
     evaluations = read(results_dir_of(root, task) / RECORDS_FILE, EvaluationRecord)[0]
     return [*lines, "", goals.goals_table(_task_or_error(task), evaluations, in_force)]
 

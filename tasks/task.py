@@ -72,8 +72,9 @@ class Goal:
 
     Exactly one bar: `max_us`, a candidate's p50 at most this many microseconds; or
     `not_slower_than`, a baseline's name ("torch_compile", "reference" or one of the task's
-    `baselines`): a candidate's p50 at most that baseline's p50 timed beside it, in the candidate's
-    own benchmark child. `shapes`: the GPU shape labels it applies to; empty means every GPU shape.
+    `baselines`): a candidate's p50 at most that baseline's p50 as promotion judges it (timed beside
+    it in the candidate's own benchmark child, or faster elsewhere in the run: harness/promote.py
+    bars). `shapes`: the GPU shape labels it applies to; empty means every GPU shape.
     `source` says who set it (the issue), so that a reader can trace the number.
     Judged against the records by harness/goals.py; promotion does not read goals.
     """

@@ -116,8 +116,7 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
                      f"{current.content_hash[:12]}), promoted in run {current.run_id}"
                      + (f"; geomean of its worst speedups {geo:.3f}x" if geo else "") + ".")  # fmt: skip
         # its newest evaluation under any bytes of the same code (harness rehash: a header edited since)
-        chain = [latest[p.content_hash] for p in promote.same_code_chain(task.name, current, results_dir)
-                 if p.content_hash in latest]  # fmt: skip
+        chain = [latest[h] for h in promote.same_code_hashes(task.name, current, results_dir) if h in latest]
         newest = max(chain, key=lambda rs: (rs[0].device == "cuda", rs[0].created_utc), default=[])
         for r in sorted(newest, key=lambda r: r.shape_label):
             lines.append(f"  - {_record_line(r, by_run[r.run_id])}")
@@ -151,8 +150,7 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
 
 def goals_text(task: Task, records: list[EvaluationRecord], results_dir: Path) -> str:
     current = promote.promoted(task.name, results_dir)
-    in_force = [p.content_hash for p in promote.same_code_chain(task.name, current, results_dir)] if current else []
-    return goals.goals_table(task, records, in_force)
+    return goals.goals_table(task, records, promote.same_code_hashes(task.name, current, results_dir))
 
 
 RUN_STAMP = re.compile(r"(\d{8}T\d{6}Z)$")  # harness/profile_model.py ends each run folder's name with it
