@@ -86,11 +86,18 @@ so that clock and thermal drift hit them alike and their ratio means something.
   160.5 us (fuse_norm) and 138.6 / 136.7 us (qk_norm_rope sliding / global), while at T = 1000 the
   fused kernels ran 11-18% faster than it (seen, not profiled). It is skipped, with a note in the
   records, where its buffers would take more than COPY_MEMORY_SHARE of the GPU memory still free.
+- Launches: after a shape is timed, each implementation's call on its first input set is captured
+  once more in a CUDA graph, and the graph's nodes are counted by kind through the CUDA driver
+  (kernels, memsets, memcpys, ...; child graphs are walked, the empty nodes that join streams are not
+  work): what one call puts on the GPU, wherever it launched it from (a library, torch's own ops, a
+  side stream). Issue 4's "one kernel" goals are judged by it (tasks/task.py Goal.max_launches). A
+  call that cannot be captured (a host synchronization) is not counted, and the record says why.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import gc
 import math
 import time
@@ -109,6 +116,7 @@ _Event = torch.cuda.Event
 _synchronize = torch.cuda.synchronize
 _perf_counter = time.perf_counter
 _spin = torch.cuda._sleep  # a one-thread kernel that spins for a number of GPU clock cycles
+_CUDAGraph = torch.cuda.CUDAGraph
 
 
 # BenchSettings fields that count something: each must be >= 1
@@ -557,3 +565,90 @@ def time_shape(
             _synchronize()
             failed[name] = f"{type(e).__name__}: {e}"[:500]
     return {**failed, **time_interleaved(timers, settings)}
+
+
+# ---- launches per call -----------------------------------------------------------------------------------
+# CUgraphNodeType (cuda.h) -> the name a count goes under. CHILD_GRAPH nodes are walked; EMPTY nodes (made
+# where a capture joins streams) carry no work and are not counted.
+NODE_KINDS = {0: "kernel", 1: "memcpy", 2: "memset", 3: "host", 6: "event_wait", 7: "event_record",
+              8: "semaphore_signal", 9: "semaphore_wait", 10: "mem_alloc", 11: "mem_free", 12: "batch_mem_op",
+              13: "conditional"}  # fmt: skip
+_CHILD_GRAPH, _EMPTY = 4, 5
+
+
+class _GraphNodes:
+    """The CUDA driver's graph queries (libcuda: cuGraphGetNodes, cuGraphNodeGetType,
+    cuGraphChildGraphNodeGetGraph), loaded when first needed."""
+
+    def __init__(self) -> None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        p, size = ctypes.c_void_p, ctypes.c_size_t
+        self.get_nodes = lib.cuGraphGetNodes
+        self.get_nodes.argtypes = [p, ctypes.POINTER(p), ctypes.POINTER(size)]
+        self.node_type = lib.cuGraphNodeGetType
+        self.node_type.argtypes = [p, ctypes.POINTER(ctypes.c_int)]
+        self.child_graph = lib.cuGraphChildGraphNodeGetGraph
+        self.child_graph.argtypes = [p, ctypes.POINTER(p)]
+        for fn in (self.get_nodes, self.node_type, self.child_graph):
+            fn.restype = ctypes.c_int
+
+    @staticmethod
+    def _check(result: int, call: str) -> None:
+        if result != 0:
+            raise RuntimeError(f"{call} returned CUresult {result}")
+
+    def kinds(self, graph: int, counts: dict[str, int] | None = None) -> dict[str, int]:
+        """How many nodes of each kind `graph` (a CUgraph handle) holds, its child graphs' included."""
+        counts = {} if counts is None else counts
+        n = ctypes.c_size_t(0)
+        self._check(self.get_nodes(graph, None, ctypes.byref(n)), "cuGraphGetNodes")
+        nodes = (ctypes.c_void_p * n.value)()
+        self._check(self.get_nodes(graph, nodes, ctypes.byref(n)), "cuGraphGetNodes")
+        for node in nodes[: n.value]:
+            kind = ctypes.c_int(-1)
+            self._check(self.node_type(node, ctypes.byref(kind)), "cuGraphNodeGetType")
+            if kind.value == _CHILD_GRAPH:
+                child = ctypes.c_void_p()
+                self._check(self.child_graph(node, ctypes.byref(child)), "cuGraphChildGraphNodeGetGraph")
+                self.kinds(child.value, counts)
+            elif kind.value != _EMPTY:
+                name = NODE_KINDS.get(kind.value, f"node type {kind.value}")
+                counts[name] = counts.get(name, 0) + 1
+        return counts
+
+
+_counting: list[Any] = []  # (_GraphNodes, the stream counts are captured on): made by the first count
+
+
+def call_launches(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, int]:
+    """What one call of `fn` on `inputs` puts on the GPU: its nodes by kind, from a CUDA graph of that call
+    (module docstring). The call must have run before (compiled, autotuned). It runs once more, uncaptured,
+    on the stream the graph is captured on: what an implementation sets up once per stream (a workspace it
+    zeroes) is not its call's work."""
+    if not _counting:
+        _counting.append((_GraphNodes(), _own_stream()))
+    nodes, stream = _counting[0]
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn(**inputs)
+    graph = _CUDAGraph(keep_graph=True)  # not instantiated: its nodes are read, never replayed
+    with torch.cuda.graph(graph, stream=stream):
+        out = fn(**inputs)
+    try:
+        return nodes.kinds(graph.raw_cuda_graph())
+    finally:
+        del out
+        graph.reset()
+
+
+def launches_per_call(impls: dict[str, Callable[..., Any]], inputs: dict[str, Any]) -> dict[str, dict[str, int] | str]:
+    """call_launches of every implementation, or why it could not be counted (a string); one that fails to
+    capture leaves the others counted."""
+    counted: dict[str, dict[str, int] | str] = {}
+    for name, fn in impls.items():
+        try:
+            counted[name] = call_launches(fn, inputs)
+        except Exception as e:  # capture refused (a host synchronization), or no driver to ask
+            _synchronize()
+            counted[name] = f"not counted: {error_line(e)}"
+    return counted

@@ -381,7 +381,8 @@ def parity_loop(
 
 def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | None = None) -> None:
     """Ceilings, then every shape timed with every implementation interleaved (harness/bench.py),
-    but those in skip[shape] (they failed to warm up on that shape)."""
+    but those in skip[shape] (they failed to warm up on that shape); then what one call of each that was
+    timed puts on the GPU (bench.launches_per_call)."""
     from harness import bench
 
     settings = bench.BenchSettings(**request["bench"])
@@ -395,6 +396,19 @@ def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | 
         report.emit("timing", shape=shape_label, results={
             name: r if isinstance(r, str) else r.__dict__ for name, r in results.items()
         })  # fmt: skip
+        report.emit("launches", shape=shape_label, results=_launches(torch, task, shape, request["bench_seed"], {
+            name: fn for name, fn in timed.items() if not isinstance(results.get(name), str)
+        }))  # fmt: skip
+
+
+def _launches(torch, task, shape, seed: int, impls: dict[str, Any]) -> dict[str, Any]:
+    """bench.launches_per_call of `impls` on the shape's first input set (a new draw: the timed sets are gone)."""
+    from harness import bench
+
+    inputs, failure = bench.drawn_or_unfit(lambda: task.make_inputs(shape, seed, torch.device("cuda")))
+    if failure is not None:
+        return dict.fromkeys(impls, f"not counted: {failure}")
+    return bench.launches_per_call(impls, inputs)
 
 
 def _autotuners(module: Any) -> dict[str, Any]:

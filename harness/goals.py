@@ -5,7 +5,10 @@ timed. On one record its bar is either the goal's `max_us` or, for `not_slower_t
 that baseline timed beside the candidate in its own benchmark child (the record's `baselines_us`),
 or of its faster showing elsewhere in the same run where promotion judges by that one (promote.bars);
 a record without that baseline's timing has no standing on the goal. A goal is met on a shape when
-p50 <= bar: the p50 alone, as issue 4 states its goals, not the noise band promotion uses.
+p50 <= bar: the p50 alone, as issue 4 states its goals, not the noise band promotion uses; and,
+where the goal has `max_launches`, when the record's count of GPU operations per call (its
+`launches`) is at most that. A record without the count (timed before it was counted, or a call
+that could not be captured) keeps its time in the cell and meets no such goal.
 
 Who reads it: `harness results` and an agent's task statement (the promoted kernel's newest record
 and the best newest record of any candidate, per goal and shape); the end of a `harness run` on a
@@ -34,10 +37,20 @@ class Standing:
     p50_us: float
     bar_us: float  # the goal's max_us, or the named baseline's p50 beside this record
     run_id: str
+    max_launches: int | None = None  # the goal's, if it has one
+    launches: int | None = None  # GPU operations of one call, where the goal counts them and the record has them
+
+    @property
+    def fast_enough(self) -> bool:
+        return self.p50_us <= self.bar_us
+
+    @property
+    def few_enough_launches(self) -> bool:
+        return self.max_launches is None or (self.launches is not None and self.launches <= self.max_launches)
 
     @property
     def met(self) -> bool:
-        return self.p50_us <= self.bar_us
+        return self.fast_enough and self.few_enough_launches
 
     @property
     def margin_us(self) -> float:
@@ -45,10 +58,19 @@ class Standing:
         return self.bar_us - self.p50_us
 
     def cell(self) -> str:
-        """'2.19 us, met by 0.11' or '170.73 us, missed by 5.73 (3.5%)'."""
+        """'2.19 us, met by 0.11', '170.73 us, missed by 5.73 (3.5%)'; where the goal counts launches, the
+        count follows the time: '1.40 us in 1 launch, met by 1.40', '1.40 us in 2 launches, missed: 2 launches'
+        or '1.40 us, launches not counted, missed'."""
+        time = f"{self.p50_us:.2f} us"
+        if self.max_launches is not None:
+            n = self.launches
+            time += ", launches not counted" if n is None else f" in {n} launch{'es' if n != 1 else ''}"
         if self.met:
-            return f"{self.p50_us:.2f} us, met by {self.margin_us:.2f}"
-        return f"{self.p50_us:.2f} us, missed by {-self.margin_us:.2f} ({-self.margin_us / self.bar_us:.1%})"
+            return f"{time}, met by {self.margin_us:.2f}"
+        why = [f"by {-self.margin_us:.2f} ({-self.margin_us / self.bar_us:.1%})"] if not self.fast_enough else []
+        if not self.few_enough_launches and self.launches is not None:
+            why.append(f"{self.launches} launches over {self.max_launches}")
+        return f"{time}, missed" + (f" {'; '.join(why)}" if why else "")
 
 
 @dataclass(frozen=True)
@@ -81,7 +103,8 @@ def standing(
         if showing is None:
             return None
         bar = showing.p50_us
-    return Standing(record.implementation, record.timing.p50_us, bar, record.run_id)
+    launches = sum(record.launches.values()) if goal.max_launches is not None and record.launches is not None else None
+    return Standing(record.implementation, record.timing.p50_us, bar, record.run_id, goal.max_launches, launches)
 
 
 def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], EvaluationRecord]:
@@ -93,8 +116,9 @@ def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str
 
 
 def _best(standings: Iterable[Standing]) -> Standing | None:
-    """The standing with the least p50 over its bar (ratios, so that bars of different baselines compare)."""
-    return min(standings, key=lambda s: (s.p50_us / s.bar_us, s.implementation), default=None)
+    """The standing that meets its goal with the least p50 over its bar (ratios, so that bars of different
+    baselines compare), or, when none meets it, the one nearest its bar."""
+    return min(standings, key=lambda s: (not s.met, s.p50_us / s.bar_us, s.implementation), default=None)
 
 
 def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[str] = ()) -> list[GoalShape]:

@@ -75,6 +75,15 @@ def error_line(e: BaseException, limit: int = 200) -> str:
     return f"{type(e).__name__}: {text.splitlines()[0][:limit] if text else ''}"
 
 
+def launches_text(launches: dict[str, int]) -> str:
+    """'1 kernel', '3 (2 kernels, 1 memset)': a count for tables."""
+    total = sum(launches.values())
+    parts = [f"{n} {kind}{'s' if n != 1 else ''}" for kind, n in sorted(launches.items(), key=lambda kv: -kv[1])]
+    if len(parts) == 1:
+        return parts[0]
+    return f"{total} ({', '.join(parts)})" if parts else "0 (no GPU work)"
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)
@@ -180,6 +189,11 @@ class EvaluationRecord:
     # Triton autotuners of the candidate -> {autotuning key: chosen config}, as its benchmark child
     # (alone on the GPU) chose them; the configs that were timed above.
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)
+    # What one call puts on the GPU, by kind ({"kernel": 1}, {"kernel": 9, "memset": 1}): the nodes of a CUDA graph
+    # of one call, counted in the same child after timing (harness/bench.py launches_per_call). None before the
+    # thirty-sixth session, or where the call could not be captured: launches_note says why.
+    launches: dict[str, int] | None = None
+    launches_note: str | None = None
     # Parity of every config its GPU autotuners may choose, each forced alone (`configs=all`): how
     # many were checked on this shape, how many were idle here (their kernel did not launch at this
     # shape, so the candidate's own call already ran what they would), and why any were not forced at

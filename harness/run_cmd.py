@@ -39,6 +39,7 @@ from harness.records import (
     EvaluationRecord,
     RunRecord,
     Status,
+    launches_text,
     load_frame,
     read,
     unrecorded_window_end,
@@ -139,6 +140,7 @@ def format_run(result: runner.RunResult) -> str:
     assessments = {a.content_hash: a for a in result.assessments}
     run_showings = promote.showings(records)
     elsewhere = False
+    counted = any(r.launches is not None for r in records)
     lines = []
     for label in dict.fromkeys(r.shape_label for r in records):
         rows = []
@@ -158,10 +160,13 @@ def format_run(result: runner.RunResult) -> str:
                 row[f"vs {b}"] = f"{bar.p50_us / r.timing.p50_us:.2f}x ({_ms_or_us(bar.p50_us)}{where})" if bar else "-"
             row["floor"] = f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else "-"
             row["copy floor"] = f"{r.copy_floor_fraction:.0%}" if r.copy_floor_fraction is not None else "-"
+            if counted:
+                row["launches"] = (launches_text(r.launches) if r.launches is not None
+                                   else "not counted" if r.launches_note else "-")  # fmt: skip
             row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash), bars)
             rows.append(row)
         if not any(r.timing for r in records if r.shape_label == label):  # CPU: no timing columns
-            timing_columns = ("p50", "vs ", "floor", "copy floor")
+            timing_columns = ("p50", "vs ", "floor", "copy floor", "launches")
             rows = [{k: v for k, v in row.items() if not k.startswith(timing_columns)} for row in rows]
         r0 = next(r for r in records if r.shape_label == label)
         lines.append(f"\n== {r0.task} | {label} | {r0.device}, {r0.policy} policy, seeds {r0.seeds} ==")
@@ -183,6 +188,8 @@ def format_run(result: runner.RunResult) -> str:
             "floor: the roofline (bytes over the copy bandwidth, or flops over the GEMM rate) over p50; copy floor: "
             "one kernel moving the same bytes, timed the same way in the same child, over p50."
         )
+    if counted:
+        lines.append("launches: what one call puts on the GPU (the nodes of a CUDA graph of one call, by kind).")
     if run.timing_skipped:
         lines.append(f"\nTimings: {run.timing_skipped}.")
     goal_table = goals.run_goals_table(_task_or_error(run.task), records)

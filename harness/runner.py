@@ -217,6 +217,7 @@ class _Unit:
     global_cheats: list[str] = field(default_factory=list)
     wall_s: float = 0.0
     timing: dict[str, dict[str, Any]] = field(default_factory=dict)  # shape -> results of its bench child
+    launches: dict[str, Any] = field(default_factory=dict)  # shape -> its call's GPU operations by kind, or why not
     roofline: dict[str, float | None] = field(default_factory=dict)
     baseline_notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it has no timing
     shape_notes: dict[str, dict[str, str]] = field(default_factory=dict)  # shape -> the same, for that shape
@@ -513,6 +514,8 @@ class _Evaluation:
         for e in run.events:
             if e["event"] == "timing":
                 unit.timing[e["shape"]] = {"self": e["results"].get(impl), "all": e["results"]}
+            elif e["event"] == "launches" and impl in e["results"]:
+                unit.launches[e["shape"]] = e["results"][impl]
 
     def _read_bench(self, unit: _Unit, run: sandbox.ChildRun, shapes: list[str]) -> None:
         """Timings of a candidate's benchmark child; what it did wrong there overrides its parity verdict."""
@@ -677,6 +680,7 @@ class _Evaluation:
         if unit.kind != "candidate":
             baselines_us, speedups = {}, {}  # a baseline's record carries its own timing only
         checked = sum(shape.label not in config_unit.idle_shapes for _, config_unit in unit.config_units)
+        counted = unit.launches.get(shape.label) if timing is not None else None  # GPU operations of one call
         c = unit.candidate
         return EvaluationRecord(
             run_id=self.run_id, task=self.task.name, implementation=unit.name, kind=unit.kind,
@@ -693,6 +697,8 @@ class _Evaluation:
             copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
             autotuned=unit.autotuned if timing is not None else {},
+            launches=counted if isinstance(counted, dict) else None,
+            launches_note=counted if isinstance(counted, str) else None,
             configs_checked=checked if status is Status.PASSED else 0,  # all of them passed
             configs_idle=len(unit.config_units) - checked, configs_unchecked=unit.configs_unchecked,
         )  # fmt: skip

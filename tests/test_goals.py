@@ -48,6 +48,11 @@ def test_a_goal_takes_exactly_one_bar_and_a_positive_time():
     with pytest.raises(ValueError, match="tuple of shape labels; got the string 'T=1'"):
         Goal(max_us=2.0, shapes="T=1")
     assert Goal(max_us=2.3).bar == "p50 <= 2.3 us" and Goal(not_slower_than="x").bar == "not slower than x"
+    for bad in (0, 1.0, True, "1"):
+        with pytest.raises(ValueError, match="max_launches must be a whole number >= 1"):
+            Goal(max_us=2.0, max_launches=bad)
+    assert Goal(max_us=2.8, max_launches=1).bar == "p50 <= 2.8 us in one launch"
+    assert Goal(not_slower_than="x", max_launches=2).bar == "not slower than x in <= 2 launches"
 
 
 def test_a_task_refuses_a_goal_on_a_shape_or_baseline_it_does_not_have():
@@ -104,6 +109,33 @@ def test_not_slower_than_compares_with_the_baseline_as_promotion_bars_it():
     (t1_row,) = [r for r in goals.side_by_side(OUTPUT_GATE, [*records, faster]) if r["shape"] == "T=1"
                  and r["goal"] == "not slower than torch_compile"]  # fmt: skip
     assert t1_row["met"] == {"gate": False, "other": True}
+
+
+def test_a_one_launch_goal_needs_the_records_count_of_launches_too():
+    """qk_norm_rope's goals (issue 4: "one kernel"): a record meets one only with its time under the bar and
+    its call's GPU operations (bench.launches_per_call) at most max_launches; one without the count (timed
+    before it was counted, or not capturable) keeps its time and meets nothing."""
+    qk = TASKS["qk_norm_rope"]
+
+    def rec(name: str, p50: float, when: str, **changes) -> EvaluationRecord:
+        return _record(name, "T=1", p50, when, task="qk_norm_rope", shape_label="sliding T=1", **changes)
+
+    records = [rec("one", 1.40, "02", launches={"kernel": 1}),
+               rec("two", 1.20, "02", launches={"kernel": 1, "memset": 1}),
+               rec("slow", 3.00, "02", launches={"kernel": 2}),
+               rec("uncounted", 1.10, "02", launches_note="not counted: RuntimeError: capture failed")]  # fmt: skip
+    (row,) = [r for r in goals.side_by_side(qk, records) if r["shape"] == "sliding T=1"]
+    assert row["goal"] == "p50 <= 2.8 us in one launch"
+    assert row["cells"] == {
+        "one": "1.40 us in 1 launch, met by 1.40",
+        "two": "1.20 us in 2 launches, missed 2 launches over 1",
+        "slow": "3.00 us in 2 launches, missed by 0.20 (7.1%); 2 launches over 1",
+        "uncounted": "1.10 us, launches not counted, missed",
+    }
+    assert row["met"] == {"one": True, "two": False, "slow": False, "uncounted": False}
+    (assessed,) = [r for r in goals.assess(qk, records, in_force=["two" * 21 + "t"]) if r.shape == "sliding T=1"]
+    assert assessed.best.implementation == "one"  # the fastest that meets the goal, not the fastest
+    assert not assessed.in_force.met and assessed.in_force.launches == 2
 
 
 def test_the_results_table_says_met_missed_not_in_force_and_not_measured(tmp_path):

@@ -25,6 +25,7 @@ from harness.records import (
     Status,
     Timing,
     append,
+    launches_text,
     read,
 )
 from tests.conftest import PLANTED_SECRET_ENV, PLANTED_SECRET_FILE
@@ -925,9 +926,10 @@ def test_a_time_somewhat_below_the_copy_floor_is_plausible_far_below_it_is_suspi
 
 
 # ---- the GPU records path, from a benchmark child's report (no GPU needed to build the records) ------
-def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str, dict[str, dict]]):
+def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str, dict[str, dict]], launches=None):
     """fuse_norm records of the fixture candidate, built from a benchmark child's report whose timing events
-    carry `timings[label]` (implementation -> Timing fields), everything passing parity."""
+    carry `timings[label]` (implementation -> Timing fields), and its launches events `launches[label]` where
+    given (implementation -> counts by kind, or why not counted), everything passing parity."""
     from harness import candidates, runner
     from tasks import get_task
 
@@ -941,6 +943,7 @@ def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str,
             {"event": "imported", "cheats": []},
             {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
             *({"event": "timing", "shape": label, "results": timings[label]} for label in labels),
+            *({"event": "launches", "shape": label, "results": counts} for label, counts in (launches or {}).items()),
             {"event": "done", "violations": []},
         ]  # fmt: skip
         for label in labels:
@@ -1012,6 +1015,30 @@ def test_a_copy_of_the_same_bytes_is_a_floor_of_the_record_not_a_baseline_to_bea
     assert "one kernel moving the same bytes" in table and bench.SAME_BYTES_COPY not in table
 
 
+def test_what_one_call_launches_reaches_its_record_and_the_run_table(tmp_path):
+    """The benchmark child's launches events (bench.launches_per_call) become each record's `launches`, or its
+    `launches_note` where the call could not be captured; the run table shows the count by kind."""
+    timing = _timed("cuda_graph", reference=10.0, torch_compile=6.0, candidate=3.0)
+    launches = {
+        "T=1": {"candidate": {"kernel": 1}, "reference": {"kernel": 9, "memcpy": 1}},
+        "T=8": {"candidate": "not counted: RuntimeError: operation not permitted when stream is capturing"},
+    }
+    task, ev, (t1, t8) = _records_from_a_bench_report(tmp_path, ["T=1", "T=8"], {"T=1": timing, "T=8": timing},
+                                                      launches)  # fmt: skip
+    assert t1.launches == {"kernel": 1} and t1.launches_note is None
+    assert t8.launches is None and t8.launches_note.startswith("not counted: RuntimeError: operation not permitted")
+    assert EvaluationRecord(**json.loads(json.dumps(t1.to_dict()))).launches == {"kernel": 1}  # a JSON round trip
+    table = _run_table(ev, task, (t1, t8), None)
+    (t1_row, t8_row) = [line for line in table.splitlines() if line.lstrip().startswith("correct")]
+    assert " - 1 kernel beats" in t1_row and " - not counted " in t8_row, table  # after the copy floor column
+    assert "launches: what one call puts on the GPU" in table
+    assert launches_text({"kernel": 9, "memcpy": 1}) == "10 (9 kernels, 1 memcpy)"
+    assert launches_text({"memset": 2}) == "2 memsets" and launches_text({}) == "0 (no GPU work)"
+    # without counts (records before the thirty-sixth session) the column is left out
+    _, ev, plain = _records_from_a_bench_report(tmp_path, ["T=1"], {"T=1": timing})
+    assert plain[0].launches is None and "launches" not in _run_table(ev, task, plain, None)
+
+
 def test_the_same_bytes_copy_is_timed_where_its_buffers_take_at_most_half_the_free_memory():
     assert bench.same_bytes_copy_unfit(671 * 2**20, 130 * 2**30) is None  # fuse_norm T = 16384 on an H200
     assert bench.same_bytes_copy_unfit(4 * 2**30, 8 * 2**30) is None  # exactly half
@@ -1076,7 +1103,45 @@ def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
         # and still timed as the peer every candidate must beat.
         compiled = by_name[("torch_compile", label)]
         assert compiled.status in (Status.PASSED, Status.MISMATCH) and compiled.timing is not None
+        # what one call launches: the fused kernel once; the eager reference a chain of kernels
+        assert cand.launches == {"kernel": 1}, (cand.launches, cand.launches_note)
+        reference = by_name[("reference", label)].launches
+        assert reference is not None and reference.get("kernel", 0) > 3, reference
+        assert compiled.launches is not None and compiled.launches.get("kernel", 0) >= 1, compiled.launches
     assert result.run.device == "cuda"
+
+
+@pytest.mark.gpu
+def test_gpu_launches_are_counted_from_a_graph_of_one_call():
+    """Kernels, memcpys and side-stream work are counted; what a call sets up once per stream is not; a call
+    that synchronizes with the host cannot be captured and says so."""
+    import torch
+
+    x = torch.ones(1 << 20, device="cuda")
+    side = torch.cuda.Stream()
+    workspaces: dict[int, torch.Tensor] = {}
+
+    def on_a_side_stream(x):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            y = x * 2
+        torch.cuda.current_stream().wait_stream(side)
+        return y + 1
+
+    def with_a_workspace(x):  # zeroed on the first call on each stream only
+        stream = torch.cuda.current_stream().cuda_stream
+        if stream not in workspaces:
+            workspaces[stream] = torch.zeros_like(x)
+        return workspaces[stream].add_(x)
+
+    counted = bench.launches_per_call({
+        "add": lambda x: x + 1, "clone": lambda x: x.clone(), "side": on_a_side_stream,
+        "workspace": with_a_workspace, "host_sync": lambda x: x + x.sum().item(),
+    }, {"x": x})  # fmt: skip
+    assert counted["add"] == {"kernel": 1} and counted["clone"] == {"memcpy": 1}
+    assert counted["side"] == {"kernel": 2} and counted["workspace"] == {"kernel": 1}, counted
+    assert counted["host_sync"].startswith("not counted: "), counted["host_sync"]
+    assert bench.launches_per_call({"add": lambda x: x + 1}, {"x": x}) == {"add": {"kernel": 1}}  # after a failure
 
 
 @pytest.mark.gpu
