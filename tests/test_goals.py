@@ -136,6 +136,10 @@ def test_a_one_launch_goal_needs_the_records_count_of_launches_too():
     (assessed,) = [r for r in goals.assess(qk, records, in_force=["two" * 21 + "t"]) if r.shape == "sliding T=1"]
     assert assessed.best.implementation == "one"  # the fastest that meets the goal, not the fastest
     assert not assessed.in_force.met and assessed.in_force.launches == 2
+    assert goals._status(assessed, promoted=True) == "met by one only (not in force)"
+    (uncounted,) = [r for r in goals.assess(qk, records[3:], in_force=[("uncounted" * 8)[:64]])
+                    if r.shape == "sliding T=1"]  # fmt: skip
+    assert goals._status(uncounted, promoted=True) == "time met, launches not counted"
 
 
 def test_the_results_table_says_met_missed_not_in_force_and_not_measured(tmp_path):

@@ -23,6 +23,13 @@ there is not on the row's critical path. T = 3..64 gain 4-7%. T = 1000 lost 5.4%
 (slower than the kernel in force beyond noise). There the autotuners picked different configs: this one MIXED = 0,
 mixed_squares MIXED = 6, the same plain config otherwise (and at T = 3..8 the other way round); whether the loss is
 that pick or the barrier was not measured.
+Again (thirty-sixth session, the same command, run 20261205T043514-3fa1a7 at f48c5d4; results/gpu_logs/
+2026-12-05-session36/): T=1 2.25 / 2.26, T=3 2.65 / 2.79, T=8 2.84 / 3.07, T=64 3.63 / 3.94, T=1000 14.31 / 11.45,
+T=16384 170.99 / 171.05; one kernel per call, as the parent. At T = 1000 this autotuner took a ring config this
+time (RING, 4 stages, 4 warps), mixed_squares' again its plain MIXED = 6 one: in both runs this kernel's time at
+T = 1000 followed a different pick of its autotuner (Triton's default timing there: each call alone after an L2
+flush by writing), and mixed_squares' pick and time repeated (11.45 us). The barrier is in the plain programs only,
+and the ring config that lost by 25% has none. Not promoted again (slower than the kernel in force at T = 1000).
 
 mixed_squares.py's header, unchanged (its figures are the parent's):
 
