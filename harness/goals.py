@@ -59,18 +59,20 @@ class Standing:
 
     def cell(self) -> str:
         """'2.19 us, met by 0.11', '170.73 us, missed by 5.73 (3.5%)'; where the goal counts launches, the
-        count follows the time: '1.40 us in 1 launch, met by 1.40', '1.40 us in 2 launches, missed: 2 launches'
-        or '1.40 us, launches not counted, missed'."""
+        count follows the time: '1.40 us in 1 launch, met by 1.40', '1.40 us in 2 launches, missed: 2 launches,
+        goal 1' or '1.40 us, launches not counted, missed'."""
         time = f"{self.p50_us:.2f} us"
         if self.max_launches is not None:
             n = self.launches
             time += ", launches not counted" if n is None else f" in {n} launch{'es' if n != 1 else ''}"
         if self.met:
             return f"{time}, met by {self.margin_us:.2f}"
-        why = [f"by {-self.margin_us:.2f} ({-self.margin_us / self.bar_us:.1%})"] if not self.fast_enough else []
+        text = f"{time}, missed"
+        if not self.fast_enough:
+            text += f" by {-self.margin_us:.2f} ({-self.margin_us / self.bar_us:.1%})"
         if not self.few_enough_launches and self.launches is not None:
-            why.append(f"{self.launches} launches over {self.max_launches}")
-        return f"{time}, missed" + (f" {'; '.join(why)}" if why else "")
+            text += f"{'; ' if not self.fast_enough else ': '}{self.launches} launches, goal {self.max_launches}"
+        return text
 
 
 @dataclass(frozen=True)

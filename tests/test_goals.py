@@ -128,8 +128,8 @@ def test_a_one_launch_goal_needs_the_records_count_of_launches_too():
     assert row["goal"] == "p50 <= 2.8 us in one launch"
     assert row["cells"] == {
         "one": "1.40 us in 1 launch, met by 1.40",
-        "two": "1.20 us in 2 launches, missed 2 launches over 1",
-        "slow": "3.00 us in 2 launches, missed by 0.20 (7.1%); 2 launches over 1",
+        "two": "1.20 us in 2 launches, missed: 2 launches, goal 1",
+        "slow": "3.00 us in 2 launches, missed by 0.20 (7.1%); 2 launches, goal 1",
         "uncounted": "1.10 us, launches not counted, missed",
     }
     assert row["met"] == {"one": True, "two": False, "slow": False, "uncounted": False}
