@@ -280,6 +280,11 @@ def format_results(task: str, results_dir, last: int) -> str:
                 "timing.p50_us": "p50 us", "timing.window_end": "window end", "speedups.reference": "vs reference",
                 "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor",
                 "copy_floor_fraction": "copy floor", "run_id": "run"}  # fmt: skip
+        counts = [c for c in latest.columns if c.startswith("launches.")]  # one column per kind of GPU operation
+        if counts:  # launches per call, in total over kinds; empty where the record has no count
+            total = latest[counts].sum(axis=1, min_count=1)
+            latest = latest.assign(launches=total.map(lambda n: "-" if pd.isna(n) else str(int(n))))
+            cols["launches"] = "launches"
         present = {k: v for k, v in cols.items() if k in latest.columns}
         view = latest[list(present)].rename(columns=present)
         shapes, names = view["shape"].tolist(), view["implementation"].tolist()
