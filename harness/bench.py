@@ -98,6 +98,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import gc
 import math
 import time
@@ -617,7 +618,10 @@ class _GraphNodes:
         return counts
 
 
-_counting: list[Any] = []  # (_GraphNodes, the stream counts are captured on): made by the first count
+@functools.cache
+def _counting() -> tuple[_GraphNodes, Any]:
+    """The driver's graph queries and the stream counts are captured on, made by the first count."""
+    return _GraphNodes(), _own_stream()
 
 
 def call_launches(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, int]:
@@ -625,9 +629,7 @@ def call_launches(fn: Callable[..., Any], inputs: dict[str, Any]) -> dict[str, i
     (module docstring). The call must have run before (compiled, autotuned). It runs once more, uncaptured,
     on the stream the graph is captured on: what an implementation sets up once per stream (a workspace it
     zeroes) is not its call's work."""
-    if not _counting:
-        _counting.append((_GraphNodes(), _own_stream()))
-    nodes, stream = _counting[0]
+    nodes, stream = _counting()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):
         fn(**inputs)
