@@ -144,9 +144,12 @@ def _code_objects(module: types.ModuleType) -> set[types.CodeType]:
 
 
 class FallbackWatch:
-    """sys.setprofile hook: records any reference_model function executed while it is on."""
+    """sys.setprofile hook: records any reference_model function executed while it is on. Disabled, it
+    installs nothing: the hook runs on every Python and C call, which under the Triton interpreter is
+    about half of a forced config's time (py-spy on a qk_norm_rope parity child)."""
 
     def __init__(self, enabled: bool = True):
+        self.enabled = enabled
         self.codes: set[types.CodeType] = set()
         for name, module in list(sys.modules.items()):
             if enabled and (name == "reference_model" or name.startswith("reference_model.")):
@@ -161,11 +164,14 @@ class FallbackWatch:
                 self.hits.append(where)
 
     def __enter__(self):
-        threading.setprofile(self._profile)
-        sys.setprofile(self._profile)
+        if self.enabled:
+            threading.setprofile(self._profile)
+            sys.setprofile(self._profile)
         return self
 
     def __exit__(self, *exc):
+        if not self.enabled:
+            return False
         still_ours = sys.getprofile() == self._profile
         sys.setprofile(None)
         threading.setprofile(None)

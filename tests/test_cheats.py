@@ -7,6 +7,7 @@ these tests also show that one candidate's failure never stops the others.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from harness.environment import REPO_ROOT
 from harness.records import Status
@@ -138,6 +139,25 @@ def test_the_launch_log_knows_only_what_a_returned_call_did_not_launch():
     assert log.current is None and tuners["a"].run() == "launched"
     assert (log.idle_at("b", "T=1", 1), log.idle_at("a", "T=1", 1)) == (True, False)
     assert not log.idle_at("b", "T=5", 1) and not log.idle_at("b", "T=1", 2)
+
+
+def test_the_fallback_watch_hooks_calls_only_when_enabled():
+    """A candidate's own calls run watched; its forced configs do not, and then no profile hook may run:
+    under the interpreter the hook alone was about half of a forced config's time."""
+    import sys
+
+    from harness.child import FallbackWatch
+    from reference_model import ops
+
+    x = torch.ones(2, 8)
+    with FallbackWatch(enabled=True) as watch:
+        assert sys.getprofile() == watch._profile
+        ops.rms_norm(x, torch.ones(8), 1e-6)
+    assert watch.hits[0] == "ops.py:rms_norm" and not watch.removed and sys.getprofile() is None
+    with FallbackWatch(enabled=False) as idle:
+        assert sys.getprofile() is None
+        ops.rms_norm(x, torch.ones(8), 1e-6)
+    assert idle.hits == [] and not idle.removed
 
 
 def test_kernels_that_trigger_the_next_launch_are_named_from_their_compiled_code():
