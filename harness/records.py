@@ -84,6 +84,14 @@ def launches_text(launches: dict[str, int]) -> str:
     return f"{total} ({', '.join(parts)})" if parts else "0 (no GPU work)"
 
 
+def launches_cell(record: EvaluationRecord | None) -> str:
+    """A record's GPU operations per call for tables: launches_text's count, 'not counted' where its call could
+    not be captured, '-' where nothing was counted (no record, no timing, or timed before counting)."""
+    if record is None or (record.launches is None and not record.launches_note):
+        return "-"
+    return launches_text(record.launches) if record.launches is not None else "not counted"
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)

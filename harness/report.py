@@ -9,9 +9,10 @@ promotion in force, the verdicts, the diffs, the kernel profiles. Nothing here r
 clock or git: the same inputs give the same report (tests/test_review.py holds it to a stored file).
 
 Per task: the verdict of every changed candidate (promote / reject, and why), parity figures per
-shape and output, timings against every baseline with their p20..p80 bands, the floor fraction,
-the contract (cheat) checks and the sandbox, Nsight Compute metrics when recorded, the speedup
-chart (HTML), the diff against the parent, and at the end the environment.
+shape and output, timings against every baseline with their p20..p80 bands, the GPU operations one
+call launches (where counted), the floor fraction, the contract (cheat) checks and the sandbox, Nsight
+Compute metrics when recorded, the speedup chart (HTML), the diff against the parent, and at the end the
+environment.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from harness import promote
 from harness.profile_kernel_records import pipes_cell, stalls_cell
 from harness.profile_summary import format_cell
-from harness.records import EvaluationRecord, PromotionRecord, Status
+from harness.records import EvaluationRecord, PromotionRecord, Status, launches_cell
 from harness.regression import Comparison
 from harness.report_chart import SpeedupPoint, speedup_chart
 from harness.report_doc import Block, Bullets, Chart, Diff, Heading, Para, Table, render_html, render_markdown
@@ -179,12 +180,17 @@ def _band(t: dict[str, float]) -> tuple[str, str, str, str]:
 
 
 def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str, EvaluationRecord],
-                 run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None) -> Table:  # fmt: skip
+                 run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None,
+                 run_records: Sequence[EvaluationRecord] = ()) -> Table:  # fmt: skip
     """The candidate and everything it was timed against, per shape; `promoted`: shape -> record. A baseline
     that ran more than 5% faster, beyond noise, elsewhere in the run (`run_showings`, promote.bars) gets a
-    second row: the showing the candidate is judged against."""
-    headers = ("shape", "implementation", "p20 us", "p50 us", "p80 us", "noise", "candidate speedup",
-               "beyond noise", "floor fraction")  # fmt: skip
+    second row: the showing the candidate is judged against. Where the run counted GPU operations per call,
+    a `launches` column gives each row's: the candidate's from its record, a baseline's from the baselines
+    child's record of it (`run_records`), the promoted kernel's from its own."""
+    baseline_records = {(r.implementation, r.shape_label): r for r in run_records if r.kind != "candidate"}
+    counted = any(r.launches is not None for r in [*rows, *baseline_records.values(), *promoted.values()])
+    headers = ("shape", "implementation", "p20 us", "p50 us", "p80 us", "noise", *(("launches",) if counted else ()),
+               "candidate speedup", "beyond noise", "floor fraction")  # fmt: skip
     out, classes = [], []
     for r in rows:
         if r.timing is None:
@@ -195,20 +201,24 @@ def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str
             floor += " **below the floor**"
         if r.copy_floor_fraction is not None:
             floor += f"; {pct(r.copy_floor_fraction)} of one kernel moving the same bytes ({us(r.copy_floor_us)} us)"
-        out.append((f"`{r.shape_label}`", f"`{name}` (candidate)", *_band(t), "-", "-", floor))
+        launches = (launches_cell(r),) if counted else ()
+        out.append((f"`{r.shape_label}`", f"`{name}` (candidate)", *_band(t), *launches, "-", "-", floor))
         classes.append("candidate")
         others = []
         for baseline, bar in sorted(promote.bars(r, run_showings or {}).items()):
-            others.append((baseline, r.baselines_us[baseline]))
+            counts = baseline_records.get((baseline, r.shape_label))
+            others.append((baseline, r.baselines_us[baseline], counts))
             if bar.where != "beside it":
-                others.append((f"{baseline} ({bar.where}: faster, the bar)", bar.band))
+                others.append((f"{baseline} ({bar.where}: faster, the bar)", bar.band, counts))
         p = promoted.get(r.shape_label)
         if p is not None and p.timing is not None and p.implementation != name:
             others.append((f"{p.implementation} (promoted)", {"p20_us": p.timing.p20_us, "p50_us": p.timing.p50_us,
-                                                                "p80_us": p.timing.p80_us}))  # fmt: skip
-        for other, b in others:
+                                                                "p80_us": p.timing.p80_us}, p))  # fmt: skip
+        for other, b, counts in others:
             beyond = "yes" if r.timing.p80_us < b["p20_us"] else "no"
-            out.append((f"`{r.shape_label}`", other, *_band(b), f"{b['p50_us'] / r.timing.p50_us:.2f}x", beyond, "-"))
+            launches = (launches_cell(counts),) if counted else ()
+            out.append((f"`{r.shape_label}`", other, *_band(b), *launches, f"{b['p50_us'] / r.timing.p50_us:.2f}x",
+                        beyond, "-"))  # fmt: skip
             classes.append("" if beyond == "yes" else "fail")
     return Table(headers, tuple(out), tuple(classes))
 
@@ -333,7 +343,7 @@ def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) 
         blocks += [Bullets(tuple(failures(rows)))] if failures(rows) else []
         promoted = {r.shape_label: r for r in t.records if r.implementation == t.promoted_name}
         blocks.append(Heading(4, "Timing"))
-        table = timing_table(rows, c.candidate, promoted, promote.showings(t.records))
+        table = timing_table(rows, c.candidate, promoted, promote.showings(t.records), t.records)
         if table.rows:
             blocks.append(table)
             notes = sorted({f"`{b}`: {why}" for r in rows for b, why in r.baseline_notes.items()})

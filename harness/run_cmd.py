@@ -39,7 +39,7 @@ from harness.records import (
     EvaluationRecord,
     RunRecord,
     Status,
-    launches_text,
+    launches_cell,
     load_frame,
     read,
     unrecorded_window_end,
@@ -161,8 +161,7 @@ def format_run(result: runner.RunResult) -> str:
             row["floor"] = f"{r.floor_fraction:.0%}" if r.floor_fraction is not None else "-"
             row["copy floor"] = f"{r.copy_floor_fraction:.0%}" if r.copy_floor_fraction is not None else "-"
             if counted:
-                row["launches"] = (launches_text(r.launches) if r.launches is not None
-                                   else "not counted" if r.launches_note else "-")  # fmt: skip
+                row["launches"] = launches_cell(r)
             row["verdict"] = _verdict(r, promoted_hash, assessments.get(r.candidate_hash), bars)
             rows.append(row)
         if not any(r.timing for r in records if r.shape_label == label):  # CPU: no timing columns

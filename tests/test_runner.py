@@ -1034,9 +1034,22 @@ def test_what_one_call_launches_reaches_its_record_and_the_run_table(tmp_path):
     assert "launches: what one call puts on the GPU" in table
     assert launches_text({"kernel": 9, "memcpy": 1}) == "10 (9 kernels, 1 memcpy)"
     assert launches_text({"memset": 2}) == "2 memsets" and launches_text({}) == "0 (no GPU work)"
+    # the review's timing table: the candidate's count, and each baseline's from the baselines child's record of it
+    from harness import report
+
+    reference = dataclasses.replace(t1, implementation="reference", kind="reference", launches={"kernel": 24})
+    rows = report.timing_table([t1, t8], "correct", {}, None, [t1, t8, reference])
+    launches_at = rows.headers.index("launches")
+    assert rows.headers[launches_at - 1 : launches_at + 2] == ("noise", "launches", "candidate speedup")
+    assert [(row[0], row[1], row[launches_at]) for row in rows.rows] == [
+        ("`T=1`", "`correct` (candidate)", "1 kernel"), ("`T=1`", "reference", "24 kernels"),
+        ("`T=1`", "torch_compile", "-"), ("`T=8`", "`correct` (candidate)", "not counted"),
+        ("`T=8`", "reference", "-"), ("`T=8`", "torch_compile", "-"),
+    ]  # fmt: skip
     # without counts (records before the thirty-sixth session) the column is left out
     _, ev, plain = _records_from_a_bench_report(tmp_path, ["T=1"], {"T=1": timing})
     assert plain[0].launches is None and "launches" not in _run_table(ev, task, plain, None)
+    assert "launches" not in report.timing_table(plain, "correct", {}, None, plain).headers
 
 
 def test_the_same_bytes_copy_is_timed_where_its_buffers_take_at_most_half_the_free_memory():
