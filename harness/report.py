@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from harness import promote
@@ -95,6 +96,12 @@ class TaskReview:
     promotion_reason: str = ""  # what `harness run` would decide on these records (promote.decide)
     profiles: tuple[dict[str, Any], ...] = ()  # KernelProfileRecord dicts of the reviewed candidates
     goals: tuple[dict[str, Any], ...] = ()  # the run's candidates against the task's goals (goals.side_by_side)
+
+    @cached_property
+    def run_showings(self) -> dict[tuple[str, str], list[promote.Showing]]:
+        """promote.showings of the run's records, computed once: the showings each baseline's bar is taken
+        from (promote.bars) in this task's timing tables and speedup chart."""
+        return promote.showings(self.records)
 
 
 @dataclass(frozen=True)
@@ -303,12 +310,11 @@ def chart_points(t: TaskReview) -> list[SpeedupPoint]:
     """Speedups of the reviewed candidates (and of the promoted kernel beside them) over each baseline's bar
     (promote.bars: beside it, or faster elsewhere in the run)."""
     names = {c.candidate for c in t.changes if c.candidate}
-    run_showings = promote.showings(t.records)
 
     def of(r: EvaluationRecord, label: str) -> list[SpeedupPoint]:
         mine = {"p20_us": r.timing.p20_us, "p50_us": r.timing.p50_us, "p80_us": r.timing.p80_us}
         return [SpeedupPoint.from_timings(label, r.shape_label, b, mine, bar.band)
-                for b, bar in sorted(promote.bars(r, run_showings).items())]  # fmt: skip
+                for b, bar in sorted(promote.bars(r, t.run_showings).items())]  # fmt: skip
 
     points = [p for r in t.records if r.implementation in names and r.timing is not None
               for p in of(r, r.implementation)]  # fmt: skip
@@ -343,7 +349,7 @@ def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) 
         blocks += [Bullets(tuple(failures(rows)))] if failures(rows) else []
         promoted = {r.shape_label: r for r in t.records if r.implementation == t.promoted_name}
         blocks.append(Heading(4, "Timing"))
-        table = timing_table(rows, c.candidate, promoted, promote.showings(t.records), t.records)
+        table = timing_table(rows, c.candidate, promoted, t.run_showings, t.records)
         if table.rows:
             blocks.append(table)
             notes = sorted({f"`{b}`: {why}" for r in rows for b, why in r.baseline_notes.items()})
