@@ -71,8 +71,12 @@ def test_apply_is_idempotent():
     assert interpreter_patches.is_applied()
     names = ("create_dot", "cast_impl", "create_fp_to_fp")
     before = [getattr(InterpreterBuilder, name) for name in names]
+    from triton.runtime import interpreter
+
+    listing = interpreter._patch_builtin
     interpreter_patches.apply()
     assert [getattr(InterpreterBuilder, name) for name in names] == before
+    assert interpreter._patch_builtin is listing
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -160,3 +164,22 @@ def test_fp32_to_bf16_keeps_nan():
     rtz = torch.empty(2, dtype=torch.bfloat16)
     _to_bf16_kernel[(1,)](x, rne, rtz, 2, BLOCK=2)
     assert rne[0].isnan() and rne[1] == 1.0
+
+
+def test_builtins_are_patched_as_the_original_patches_them():
+    """The faster `_patch_builtin` swaps the same attributes, with the same builtins, in the same order, as
+    Triton's own, on a fresh package and on one already patched (a nested @triton.jit call: nothing more)."""
+    from triton.runtime import interpreter
+
+    fast = interpreter._patch_builtin
+    assert fast.__wrapped__ is not fast and interpreter._patch_builtin is fast
+    for pkg in (tl, tl.tensor, tl.math, tl.core.tensor_descriptor_base):
+        swapped = []
+        for patch in (fast.__wrapped__, fast):
+            outer, nested = interpreter._LangPatchScope(), interpreter._LangPatchScope()
+            patch(pkg, interpreter.interpreter_builder, outer)
+            patch(pkg, interpreter.interpreter_builder, nested)
+            swapped.append(([(name, original) for _, name, original in outer._changes], len(nested._changes)))
+            outer.restore()
+        assert swapped[0] == swapped[1] and swapped[0][1] == 0, pkg
+        assert len(swapped[0][0]) > 5 and all(tl.core.is_builtin(getattr(pkg, n)) for n, _ in swapped[0][0])
