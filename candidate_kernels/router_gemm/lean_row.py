@@ -22,9 +22,9 @@ all 8 tokens ran 4.78-4.87 against the parent's 4.46).
 Measured on the H200 (thirty-first session, `harness run task=router_gemm "candidates=[lean_row,pdl_stream_words]"
 bench.max_seconds=3`, run 20261204T192636-3cd53b, 7965e50), p50 us against pdl_stream_words beside it: T=1 3.06 /
 3.40, T=3 3.66 / 3.66, T=8 4.40 / 4.39, T=64 5.86 / 5.82, T=1000 31.61 / 31.50; promoted (beats every baseline
-beyond noise at every shape; the run's pick by geomean of worst speedups, 3.234x). Floor at T = 1: 5.24 MB of W over 4275 GB/s, 1.23 us (40%); one
-launch moving the same bytes 3.03 us beside it (99%). Goals: T = 1 missed by 0.06 us (a PDL read of W alone ran
-2.63-2.78), T = 8 by 0.90 (the parent's kernel), T = 64 met.
+beyond noise at every shape; the run's pick by geomean of worst speedups, 3.234x). Floor at T = 1: 5.24 MB of W
+over 4275 GB/s, 1.23 us (40%); one launch moving the same bytes 3.03 us beside it (99%). Goals: T = 1 missed
+by 0.06 us (a PDL read of W alone ran 2.63-2.78), T = 8 by 0.90 (the parent's kernel), T = 64 met.
 Where the 0.26 us over that read go (thirty-first session): not into many programs asking for the same lines of
 x. With x read from replicas, 64 or 16 programs to each instead of all 256, the kernel took 3.05 / 3.07 us against
 3.04 with the one x and 2.79 for W's loads alone (router_x_sweep.py, bit-identical logits); x's own loads (5 x
