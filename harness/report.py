@@ -427,14 +427,18 @@ def review_blocks(review: Review) -> list[Block]:
                         tuple("pass" if row[4] == "pass" else "fail" for row in summary)))  # fmt: skip
     for t in review.tasks:
         blocks += task_section(t, review.cheat_checks)
-    blocks.append(Heading(2, "Environment"))
     env = next((r.environment for t in review.tasks for r in t.records), None)
-    if env:
-        blocks.append(Table(("key", "value"), tuple((k, str(env.get(k))) for k in ENVIRONMENT_KEYS if k in env)))
-    else:
-        blocks.append(Para("Nothing was evaluated.", cls="note"))
+    blocks += environment_section(env, "Nothing was evaluated.")
     blocks.append(Para(f"Generated {review.generated_utc} by `harness review`.", cls="note"))
     return blocks
+
+
+def environment_section(env: dict[str, Any] | None, missing: str) -> list[Block]:
+    """The report's closing section: the recorded environment's key facts, or `missing` where none was recorded."""
+    if not env:
+        return [Heading(2, "Environment"), Para(missing, cls="note")]
+    return [Heading(2, "Environment"),
+            Table(("key", "value"), tuple((k, str(env.get(k))) for k in ENVIRONMENT_KEYS if k in env))]  # fmt: skip
 
 
 def review_markdown(review: Review, max_chars: int = PR_COMMENT_MAX_CHARS) -> str:

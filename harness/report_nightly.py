@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from harness.journal import ItemRecord
-from harness.report import ENVIRONMENT_KEYS, goals_table, short, us
+from harness.report import environment_section, goals_table, short, us
 from harness.report_doc import Block, Bullets, Heading, Para, Table, render_html, render_markdown
 
 
@@ -140,12 +140,8 @@ def nightly_blocks(run: str, done: Sequence[ItemRecord], interrupted: Sequence[I
                         "appended carry no run record and are left out of every history."),
                    Table(("item", "host", "pid", "started"),
                          tuple((f"`{r.item}`", r.host, str(r.pid), r.created_utc) for r in interrupted))]  # fmt: skip
-    blocks.append(Heading(2, "Environment"))
     env = next((r.details.get("environment") for r in evaluations if r.details.get("environment")), None)
-    if env:
-        blocks.append(Table(("key", "value"), tuple((k, str(env.get(k))) for k in ENVIRONMENT_KEYS if k in env)))
-    else:
-        blocks.append(Para("No evaluation recorded its environment.", cls="note"))
+    blocks += environment_section(env, "No evaluation recorded its environment.")
     blocks.append(Para(f"Generated {generated_utc} by `harness nightly`.", cls="note"))
     return blocks
 

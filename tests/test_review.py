@@ -218,6 +218,12 @@ def test_the_report_carries_every_section():
         assert needle in text, needle
 
 
+def test_a_review_of_nothing_evaluated_says_so_where_the_environment_would_be():
+    text = review_markdown(dataclasses.replace(fixed_review(), tasks=()))
+    assert text.split("## Environment\n", 1)[1].lstrip().startswith("Nothing was evaluated.\n"), text
+    assert "| torch |" not in text
+
+
 def test_a_file_shows_the_profiles_of_its_code_under_earlier_bytes_and_says_so():
     r = fixed_review()
     t = r.tasks[0]
