@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import difflib
 import importlib
 import inspect
 import re
@@ -203,6 +204,38 @@ def _schema_node(cls: type):
     return node
 
 
+# ---- overrides Hydra would refuse unhelpfully, refused here first ------------------------------------
+_UNQUOTED_ITEM = re.compile(r"[\[,]\s*[^'\"\[\],]*=")  # a list item holding '=' outside quotes
+
+
+def override_problem(command: Command, settings_cls: type, arg: str) -> str | None:
+    """Why `arg` is a key=value override this command cannot take, naming what it expected, or None. Covers the
+    two that Hydra words least helpfully: a key the settings do not have (Hydra suggests `+key=`, which then
+    fails), and a list item holding '=' unquoted (`shapes=[T=1]`, a grammar error). Hydra's own syntax
+    (`+key`, `~key`, `hydra.*`, flags) and every value's type are left to Hydra."""
+    key, eq, value = arg.partition("=")
+    if not eq or arg.startswith(("-", "+", "~")) or key == "hydra" or key.startswith("hydra."):
+        return None
+    cls, path = settings_cls, []
+    for part in key.split("."):
+        names = [f.name for f in dataclasses.fields(cls)]
+        if part not in names:
+            close = difflib.get_close_matches(part, names, n=1)
+            hint = f" (did you mean {'.'.join([*path, close[0]])!r}?)" if close else ""
+            where = f"{'.'.join(path)!r} has" if path else "it has"
+            return (f"unknown setting {key!r}{hint}; {where} {', '.join(names)}; `harness {command.name} --help` "
+                    "gives each one's default and meaning")  # fmt: skip
+        path.append(part)
+        field_type = typing.get_type_hints(cls)[part]
+        if not dataclasses.is_dataclass(field_type):
+            break
+        cls = field_type
+    if value.startswith("[") and _UNQUOTED_ITEM.search(value):
+        quoted = ",".join(f"'{item.strip()}'" for item in value.strip("[]").split(","))
+        return f"{arg}: a list item holding '=' must be quoted, the whole override too: \"{key}=[{quoted}]\""
+    return None
+
+
 def run_command(command: Command, args: list[str]) -> int:
     try:
         module = importlib.import_module(command.module)
@@ -215,6 +248,10 @@ def run_command(command: Command, args: list[str]) -> int:
     if any(a in HELP_FLAGS for a in args):
         print(command_help(command, settings_cls))
         return 0
+    problems = [p for p in (override_problem(command, settings_cls, a) for a in args) if p]
+    if problems:
+        print("\n".join(f"error: harness {command.name}: {p}" for p in problems), file=sys.stderr)
+        return 1
     import hydra
     from hydra.core.config_store import ConfigStore
     from omegaconf.errors import MissingMandatoryValue

@@ -108,6 +108,11 @@ def test_overrides_become_the_typed_frozen_settings():
         (["task=fuse_norm", "shapes=['T=7']"], "task 'fuse_norm' has no shapes ['T=7'] on cpu; known:"),
         (["task=fuse_norm", "seeds=[-1]"], "seeds must be non-negative ints"),
         (["task=fuse_norm", "device=tpu"], "device must be auto, cuda or cpu; got 'tpu'"),
+        (["tsk=fuse_norm"], "unknown setting 'tsk' (did you mean 'task'?); it has device, shapes,"),
+        (["task=fuse_norm", "bench.max_secs=3"],
+         "unknown setting 'bench.max_secs' (did you mean 'bench.max_seconds'?); 'bench' has warmup_windows,"),
+        (["task=fuse_norm", "shapes=[T=1,T=8]"],
+         "shapes=[T=1,T=8]: a list item holding '=' must be quoted, the whole override too: \"shapes=['T=1','T=8']\""),
     ],
 )  # fmt: skip
 def test_bad_input_exits_1_with_a_clear_message(capsys, args, message):
@@ -116,6 +121,19 @@ def test_bad_input_exits_1_with_a_clear_message(capsys, args, message):
     code, out, err = run_in_process(capsys, "run", *args)
     assert code == 1 and message in err, err
     assert "Traceback" not in err and "planted: this module must never be imported" not in out + err
+
+
+def test_overrides_in_hydra_s_own_grammar_are_left_to_hydra():
+    from harness.cli import COMMANDS, override_problem
+    from harness.run_cmd import RunSettings
+
+    run = next(c for c in COMMANDS if c.words == ("run",))
+    fine = ("task=fuse_norm", "agent=anthropic", "agent.model=x", "bench.max_seconds=3", "shapes=['T=1','T=8']",
+            "shapes=[T1]", "+extra=1", "~task", "hydra.sweep.dir=/tmp/x", "--cfg", "job", "-m", "task=a,b")  # fmt: skip
+    for arg in fine:
+        assert override_problem(run, RunSettings, arg) is None, arg
+    typo = override_problem(run, RunSettings, "agent.modl=x")
+    assert typo.startswith("unknown setting 'agent.modl' (did you mean 'agent.model'?); 'agent' has kind,"), typo
 
 
 def test_a_value_of_the_wrong_type_is_refused_by_hydra(capsys):
