@@ -111,6 +111,10 @@ def _parity_cells(r: EvaluationRecord) -> tuple[str, str, str]:
     return str(max_ulp), f"{mismatched}/{total}", f"{max(ratios):.3f}" if ratios else "-"
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'s' if n != 1 else ''}"
+
+
 def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote.Assessment | None,
              bars: dict[str, promote.Showing]) -> str:  # fmt: skip
     if r.status is not Status.PASSED:
@@ -118,9 +122,9 @@ def _verdict(r: EvaluationRecord, promoted_hash: str | None, assessment: promote
     if r.kind != "candidate":
         return "baseline"
     if r.timing is None:
-        forced = f", {r.configs_checked} forced configs too" if r.configs_checked else ""
+        forced = f", {_count(r.configs_checked, 'forced config')} too" if r.configs_checked else ""
         forced += f", {r.configs_idle} idle at this shape" if r.configs_idle else ""
-        forced += f", {len(r.configs_unchecked)} configs unchecked" if r.configs_unchecked else ""
+        forced += f", {_count(len(r.configs_unchecked), 'config')} unchecked" if r.configs_unchecked else ""
         return f"parity ok{forced}" + (f"; {r.timing_skipped}" if r.device == "cuda" else " (timing skipped: no GPU)")
     if r.suspicious:
         return "SUSPICIOUS: faster than the roofline floor"

@@ -239,6 +239,20 @@ def _rec(name: str, shape: str, p50: float, baselines: dict[str, float], spread:
 BASE = {"reference": 10.0, "torch_compile": 6.0, "flashinfer_rmsnorm_x2": 5.0}
 
 
+def test_a_cpu_run_s_verdict_counts_the_configs_it_forced():
+    from harness.run_cmd import _verdict
+
+    cpu = dict(device="cpu", policy="interpreter", timing=None, baselines_us={}, speedups={})
+    one = _rec("one", "T=1", 1.0, {}, **cpu, configs_checked=1, configs_unchecked=["k(BLOCK=8): no launch"])
+    many = _rec("many", "T=1", 1.0, {}, **cpu, configs_checked=7, configs_idle=2, configs_unchecked=["a", "b"])
+    no_gpu = " (timing skipped: no GPU)"
+    assert _verdict(one, None, None, {}) == "parity ok, 1 forced config too, 1 config unchecked" + no_gpu
+    assert (
+        _verdict(many, None, None, {})
+        == "parity ok, 7 forced configs too, 2 idle at this shape, 2 configs unchecked" + no_gpu
+    )
+
+
 def test_a_clear_win_everywhere_is_promoted_with_its_evidence():
     records = [_rec("fast", s, 3.0, BASE) for s in SHAPES]
     record, (assessment,), reason = promote.decide(records, SHAPES, None, ENV)
