@@ -1,7 +1,8 @@
 """`harness <command> key=value ...`: the command line. The only module that imports Hydra.
 
 The first word(s) name the command (`COMMANDS`); the rest goes to Hydra unchanged, so overrides,
-`+key=value`, `-m` (multirun) and `--cfg job` work; `--help` is answered here, from the
+`+key=value`, `-m` (multirun) and `--cfg job` work, once `override_problem` has refused the two mistakes Hydra
+words unhelpfully (a key the settings lack, a list item holding '=' unquoted); `--help` is answered here, from the
 settings dataclass (every field, its default and the comment beside it in the source). Each command is a module exposing
 a frozen `...Settings` dataclass (its fields and defaults ARE the command's configuration: no YAML
 repeats them) and a `main(settings) -> int` function (the exit status). Hydra composes the
