@@ -1,8 +1,10 @@
 """`harness <command> key=value ...`: the command line. The only module that imports Hydra.
 
-The first word(s) name the command (`COMMANDS`); the rest goes to Hydra unchanged, so overrides,
-`+key=value`, `-m` (multirun) and `--cfg job` work, once `override_problem` has refused the two mistakes Hydra
-words unhelpfully (a key the settings lack, a list item holding '=' unquoted); `--help` is answered here, from the
+The first word(s) name the command (`COMMANDS`); the rest goes to Hydra, so overrides, `+key=value`, `-m`
+(multirun) and `--cfg job` work. Two mistakes that Hydra words unhelpfully are refused first, naming what the
+command takes (`override_problem`: a key the settings lack, a list item holding '=' unquoted), and a text value
+that Hydra's grammar cannot read unquoted (`base=HEAD~1`) is quoted for it (`quoted_if_literal`); everything else
+reaches Hydra as typed. `--help` is answered here, from the
 settings dataclass (every field, its default and the comment beside it in the source). Each command is a module exposing
 a frozen `...Settings` dataclass (its fields and defaults ARE the command's configuration: no YAML
 repeats them) and a `main(settings) -> int` function (the exit status). Hydra composes the
@@ -209,14 +211,15 @@ def _schema_node(cls: type):
 _UNQUOTED_ITEM = re.compile(r"[\[,]\s*[^'\"\[\],]*=")  # a list item holding '=' outside quotes
 
 
-def override_problem(command: Command, settings_cls: type, arg: str) -> str | None:
-    """Why `arg` is a key=value override this command cannot take, naming what it expected, or None. Covers the
-    two that Hydra words least helpfully: a key the settings do not have (Hydra suggests `+key=`, which then
-    fails), and a list item holding '=' unquoted (`shapes=[T=1]`, a grammar error). Hydra's own syntax
-    (`+key`, `~key`, `hydra.*`, flags) and every value's type are left to Hydra."""
-    key, eq, value = arg.partition("=")
-    if not eq or arg.startswith(("-", "+", "~")) or key == "hydra" or key.startswith("hydra."):
-        return None
+def _is_setting_override(arg: str) -> bool:
+    """key=value for one of the command's settings (not Hydra's `+key`, `~key`, `hydra.*` or a flag)."""
+    key, eq, _ = arg.partition("=")
+    return bool(eq) and not arg.startswith(("-", "+", "~")) and key != "hydra" and not key.startswith("hydra.")
+
+
+def _setting_type(settings_cls: type, key: str) -> tuple[Any, str | None]:
+    """(the type of the setting a dotted key names, None), or (None, why not) where a part of it is no field.
+    Below a field that is not a dataclass (a dict), any key is that field's."""
     cls, path = settings_cls, []
     for part in key.split("."):
         names = [f.name for f in dataclasses.fields(cls)]
@@ -224,17 +227,58 @@ def override_problem(command: Command, settings_cls: type, arg: str) -> str | No
             close = difflib.get_close_matches(part, names, n=1)
             hint = f" (did you mean {'.'.join([*path, close[0]])!r}?)" if close else ""
             where = f"{'.'.join(path)!r} has" if path else "it has"
-            return (f"unknown setting {key!r}{hint}; {where} {', '.join(names)}; `harness {command.name} --help` "
-                    "gives each one's default and meaning")  # fmt: skip
+            return None, f"unknown setting {key!r}{hint}; {where} {', '.join(names)}"
         path.append(part)
         field_type = typing.get_type_hints(cls)[part]
         if not dataclasses.is_dataclass(field_type):
-            break
+            return field_type, None
         cls = field_type
+    return cls, None
+
+
+def override_problem(command: Command, settings_cls: type, arg: str) -> str | None:
+    """Why `arg` is a key=value override this command cannot take, naming what it expected, or None. Covers the
+    two that Hydra words least helpfully: a key the settings do not have (Hydra suggests `+key=`, which then
+    fails), and a list item holding '=' unquoted (`shapes=[T=1]`, a grammar error). Hydra's own syntax
+    (`+key`, `~key`, `hydra.*`, flags) and every value's type are left to Hydra."""
+    if not _is_setting_override(arg):
+        return None
+    key, _, value = arg.partition("=")
+    _, unknown = _setting_type(settings_cls, key)
+    if unknown:
+        return f"{unknown}; `harness {command.name} --help` gives each one's default and meaning"
     if value.startswith("[") and _UNQUOTED_ITEM.search(value):
         quoted = ",".join(f"'{item.strip()}'" for item in value.strip("[]").split(","))
         return f"{arg}: a list item holding '=' must be quoted, the whole override too: \"{key}=[{quoted}]\""
     return None
+
+
+def quoted_if_literal(settings_cls: type, arg: str) -> str:
+    """`key='value'` where the setting is text and Hydra's grammar cannot read the value unquoted (a git revision
+    such as HEAD~1, HEAD^ or main@{1}), so that it arrives as written; every other argument unchanged."""
+    if not _is_setting_override(arg):
+        return arg
+    key, _, value = arg.partition("=")
+    field_type, _ = _setting_type(settings_cls, key)
+    if field_type is not str and not (
+        typing.get_origin(field_type) in (typing.Union, types.UnionType)
+        and set(typing.get_args(field_type)) == {str, type(None)}
+    ):
+        return arg
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    parser = OverridesParser.create()
+    try:
+        parser.parse_override(arg)
+        return arg  # Hydra reads it: its own grammar (a sweep, an interpolation) stays in force
+    except HydraException:
+        pass
+    quoted = f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    try:
+        return quoted if parser.parse_override(quoted).value() == value else arg
+    except HydraException:
+        return arg
 
 
 def run_command(command: Command, args: list[str]) -> int:
@@ -253,6 +297,7 @@ def run_command(command: Command, args: list[str]) -> int:
     if problems:
         print("\n".join(f"error: harness {command.name}: {p}" for p in problems), file=sys.stderr)
         return 1
+    args = [quoted_if_literal(settings_cls, a) for a in args]
     import hydra
     from hydra.core.config_store import ConfigStore
     from omegaconf.errors import MissingMandatoryValue

@@ -136,6 +136,19 @@ def test_overrides_in_hydra_s_own_grammar_are_left_to_hydra():
     assert typo.startswith("unknown setting 'agent.modl' (did you mean 'agent.model'?); 'agent' has kind,"), typo
 
 
+def test_a_git_revision_hydra_cannot_read_unquoted_arrives_as_written(capsys):
+    """`harness review base=HEAD~1`: '~', '^' and '@' are outside Hydra's unquoted grammar, so a text setting's value
+    holding them is quoted for it; a value Hydra reads (a sweep) and a setting that is not text stay as typed."""
+    from harness.review import ReviewSettings
+
+    code, out, err = run_in_process(capsys, "review", "base=HEAD~1", "head=main@{1}", "--cfg", "job")
+    assert code == 0 and "base: HEAD~1\n" in out and "head: main@{1}\n" in out, err
+    assert cli.quoted_if_literal(ReviewSettings, "base=HEAD^") == "base='HEAD^'"
+    assert cli.quoted_if_literal(ReviewSettings, "base=it's~") == "base='it\\'s~'"
+    for unchanged in ("base=main", "base=a,b", "seeds=[1]", "shapes=[T=1]", "+base=HEAD~1", "-m"):
+        assert cli.quoted_if_literal(ReviewSettings, unchanged) == unchanged
+
+
 def test_a_value_of_the_wrong_type_is_refused_by_hydra(capsys):
     code, _, err = run_in_process(capsys, "run", "task=fuse_norm", "seeds=[a]")
     assert code == 1 and "could not be converted to Integer" in err
