@@ -8,11 +8,11 @@
 promotion in force, the verdicts, the diffs, the kernel profiles. Nothing here reads a file, a
 clock or git: the same inputs give the same report (tests/test_review.py holds it to a stored file).
 
-Per task: the verdict of every changed candidate (promote / reject, and why), parity figures per
-shape and output, timings against every baseline with their p20..p80 bands, the GPU operations one
-call launches (where counted), the floor fraction, the contract (cheat) checks and the sandbox, Nsight
-Compute metrics when recorded, the speedup chart (HTML), the diff against the parent, and at the end the
-environment.
+Per task: the verdict of every changed candidate (promote / reject, and why), what an edit touched (the
+definitions whose code changed, or documentation only), parity figures per shape and output, timings
+against every baseline with their p20..p80 bands, the GPU operations one call launches (where counted), the
+floor fraction, the contract (cheat) checks and the sandbox, Nsight Compute metrics when recorded, the
+speedup chart (HTML), the diff against the parent, and at the end the environment.
 """
 
 from __future__ import annotations
@@ -55,6 +55,10 @@ class Change:
     # Earlier content hashes of the same code (documentation edits apart: the promotions `harness rehash`
     # carried), whose kernel profiles stand for this file's.
     same_code_hashes: tuple[str, ...] = ()
+    # The top-level definitions whose code differs from the version diffed against at base (or at HEAD, for a
+    # given file) (candidates.code_differences), () where only docstrings and comments changed; None: no
+    # earlier version of the file was compared.
+    code_changes: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in CHANGE_KINDS:
@@ -63,6 +67,22 @@ class Change:
     @property
     def label(self) -> str:
         return self.candidate or self.path.rsplit("/", 1)[-1].removesuffix(".py")
+
+    @property
+    def edit_text(self) -> str:
+        """What an edit touched: 'documentation only', 'code of `_kernel`, `CONFIGS`' (three names at most, then
+        how many more); '' where the file was not compared with an earlier version."""
+        if self.code_changes is None:
+            return ""
+        if not self.code_changes:
+            return "documentation only"
+        names = ", ".join(f"`{name}`" for name in self.code_changes[:3])
+        return f"code of {names}" + (f" and {len(self.code_changes) - 3} more" if len(self.code_changes) > 3 else "")
+
+    @property
+    def kind_text(self) -> str:
+        """The kind, with what the edit touched: 'modified (documentation only)'."""
+        return f"{self.kind} ({self.edit_text})" if self.edit_text else self.kind
 
 
 @dataclass(frozen=True)
@@ -335,7 +355,8 @@ def _verdict_para(v: Verdict) -> Para:
 def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) -> list[Block]:
     v = t.verdicts[c.path]
     where = f"`{c.old_path}` -> `{c.path}`" if c.old_path else f"`{c.path}`"
-    blocks: list[Block] = [Heading(3, f"`{c.label}`: {c.kind} {where}"), _verdict_para(v)]
+    edit = f" ({c.edit_text})" if c.edit_text else ""
+    blocks: list[Block] = [Heading(3, f"`{c.label}`: {c.kind} {where}{edit}"), _verdict_para(v)]
     if c.meta:
         model = f" ({c.meta.get('model')})" if c.meta.get("model") else ""
         blocks.append(Para(f"Author: {c.meta.get('author')}{model}; parent: `{c.meta.get('parent') or 'none'}`; "
@@ -421,8 +442,8 @@ def review_blocks(review: Review) -> list[Block]:
     for t in review.tasks:
         for c in t.changes:
             v = t.verdicts[c.path]
-            summary.append((f"`{t.task}`", f"`{c.label}`", c.kind, f"**{v.action}**", "pass" if v.gate_ok else "FAIL",
-                            v.reason if v.gate_ok else v.gate_reason))  # fmt: skip
+            summary.append((f"`{t.task}`", f"`{c.label}`", c.kind_text, f"**{v.action}**",
+                            "pass" if v.gate_ok else "FAIL", v.reason if v.gate_ok else v.gate_reason))  # fmt: skip
     blocks.append(Table(("task", "candidate", "change", "verdict", "gate", "reason"), tuple(summary),
                         tuple("pass" if row[4] == "pass" else "fail" for row in summary)))  # fmt: skip
     for t in review.tasks:

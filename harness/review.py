@@ -240,6 +240,17 @@ def _diff_fields(repo: Path, base: str | None, task: str, rel: str, data: bytes,
             "diff_note": note}  # fmt: skip
 
 
+def _code_changes(old: bytes | None, new: bytes) -> tuple[str, ...] | None:
+    """What an edit changed in the code (candidates.code_differences; () for docstrings and comments only), or
+    None where there is no earlier version or either version does not parse."""
+    if old is None:
+        return None
+    try:
+        return tuple(candidate_files.code_differences(old, new))
+    except SyntaxError:
+        return None
+
+
 def _revision_changes(repo: Path, base: str, head: str, tmp: Path) -> dict[str, list[tuple[Change, Any]]]:
     from tasks import TASKS
 
@@ -261,7 +272,7 @@ def _revision_changes(repo: Path, base: str, head: str, tmp: Path) -> dict[str, 
         old = (f"`{fc.old_path or fc.path}` at `{base}`", old_data) if old_data is not None else None
         change = Change(fc.task, fc.path, kind, candidate=candidate.name if candidate else None,
                         content_hash=candidate_files.content_hash(data), meta=meta, old_path=fc.old_path,
-                        contract_error=error,
+                        contract_error=error, code_changes=_code_changes(old_data, data),
                         **_diff_fields(repo, base, fc.task, fc.path, data, old, meta))  # fmt: skip
         entries.append((change, candidate))
     return by_task
@@ -289,6 +300,7 @@ def _given_changes(repo: Path, paths: Sequence[str], task_name: str) -> dict[str
         old = (f"`{rel}` at `HEAD`", at_head) if at_head is not None and at_head != data else None
         change = Change(name, rel, "given", candidate=candidate.name if candidate else None,
                         content_hash=candidate_files.content_hash(data), meta=meta, contract_error=error,
+                        code_changes=_code_changes(old[1], data) if old else None,
                         **_diff_fields(repo, None, name, rel, data, old, meta))  # fmt: skip
         by_task.setdefault(name, []).append((change, candidate))
     return by_task
@@ -404,7 +416,7 @@ def main(settings: ReviewSettings) -> int:
         for c in t.changes:
             v = t.verdicts[c.path]
             gate, why = ("pass", v.reason) if v.gate_ok else ("FAIL", v.gate_reason)
-            print(f"{t.task}/{c.label} ({c.kind}): {v.action} [gate {gate}]: {why}")
+            print(f"{t.task}/{c.label} ({c.kind_text}): {v.action} [gate {gate}]: {why}")
     print(f"report: {md}\n        {page}")
     if not review.tasks:
         print(f"review: PASS: no candidate file changed in {review.title}")

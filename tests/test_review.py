@@ -224,6 +224,15 @@ def test_a_review_of_nothing_evaluated_says_so_where_the_environment_would_be():
     assert "| torch |" not in text
 
 
+def test_an_edit_says_which_definitions_it_changed():
+    edit = Change("fuse_norm", "candidate_kernels/fuse_norm/k.py", "modified", code_changes=("_kernel", "CONFIGS"))
+    assert edit.kind_text == "modified (code of `_kernel`, `CONFIGS`)"
+    many = dataclasses.replace(edit, kind="renamed", code_changes=("a", "b", "c", "d", "e"))
+    assert many.kind_text == "renamed (code of `a`, `b`, `c` and 2 more)"
+    assert dataclasses.replace(edit, code_changes=()).kind_text == "modified (documentation only)"
+    assert dataclasses.replace(edit, kind="added", code_changes=None).kind_text == "added"
+
+
 def test_a_file_shows_the_profiles_of_its_code_under_earlier_bytes_and_says_so():
     r = fixed_review()
     t = r.tasks[0]
@@ -334,11 +343,14 @@ def test_review_of_a_revision_range_fails_the_gate_on_the_broken_candidate(repo,
     assert result.returncode == 1, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("review: FAIL: fuse_norm/broken: mismatch on `tiny T=1`"), result.stdout
-    assert "fuse_norm/base_kernel (modified): reject [gate pass]" in result.stdout
+    assert "fuse_norm/base_kernel (modified (documentation only)): reject [gate pass]" in result.stdout  # a comment
     assert "fuse_norm/old_rows (deleted): reject [gate pass]" in result.stdout
     md = (out / "review.md").read_text()
     assert "diff against <code>candidate_kernels/fuse_norm/base_kernel.py</code> at <code>main</code>" in md
-    assert "+# retuned" in md
+    assert (
+        "+# retuned" in md
+        and "### `base_kernel`: modified `candidate_kernels/fuse_norm/base_kernel.py` (documentation only)" in md
+    )
     assert "diff against <code>base_kernel.py</code> (its parent) at <code>main</code>" in md  # added: vs its parent
     assert "**None fired** on any shape" in md and "`tiny T=1` | **mismatch**" in md
     assert (out / "review.html").read_text().startswith("<!DOCTYPE html>")
@@ -351,6 +363,10 @@ def test_review_of_given_files_passes_and_bad_input_is_refused(repo, tmp_path, c
     out = capsys.readouterr().out.strip().splitlines()
     assert code == 0 and out[-1] == "review: PASS: every changed candidate passes and none regresses a promoted kernel"
     assert any("not promotable without GPU timings" in line for line in out)
+    edited = repo / "candidate_kernels" / "fuse_norm" / "base_kernel.py"  # a working-tree edit, against HEAD
+    edited.write_text(edited.read_text().replace("keepdim=True) + eps)", "keepdim=True) + eps * 1.0)"))
+    assert review.main(review.ReviewSettings(candidates=(str(edited),), **settings)) == 0
+    assert "fuse_norm/base_kernel (given (code of `norm_residual_norm`)): reject" in capsys.readouterr().out
     assert review.main(review.ReviewSettings(base="HEAD", head="HEAD", **settings)) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("review: PASS: no candidate file changed")
     assert review.main(review.ReviewSettings(base="no-such-branch", **settings)) == 1
