@@ -23,7 +23,6 @@ import json
 import math
 import os
 import uuid
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -336,11 +335,6 @@ def append(path: Path, record: Record) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)  # releases the lock
-
-
-def append_all(path: Path, records: Iterable[Record]) -> None:
-    for r in records:
-        append(path, r)
 
 
 @dataclass(frozen=True)

@@ -204,11 +204,6 @@ def _naive_route(logits, bias):
     return ids_all, weights_all
 
 
-def _sorted_by_id(w, ids):
-    order = ids.argsort(dim=1)
-    return w.gather(1, order), ids.gather(1, order)
-
-
 def test_moe_route_matches_naive_deepseek_v3_grouping():
     T, E = 16, 256
     logits = torch.randn(T, E, generator=_gen(40)) * 2
