@@ -7,6 +7,7 @@ repository git does not know is bad input (GitError, a ValueError: the CLI exits
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -95,14 +96,19 @@ def files_at(repo: Path, revision: str, folder: str) -> list[str]:
         return []
 
 
-def find_by_hash(repo: Path, path: str, wanted: str) -> tuple[str, bytes] | None:
-    """A revision where `path` held bytes of SHA-256 `wanted` (a promoted kernel edited since), newest first."""
+def history(repo: Path, path: str) -> Iterator[tuple[str, bytes]]:
+    """(revision, bytes) of `path` in the newest HISTORY_SEARCH_LIMIT revisions that touched it, newest first
+    (none outside a git repository)."""
     try:
         revisions = git(repo, "rev-list", f"--max-count={HISTORY_SEARCH_LIMIT}", "--all", "--", path).decode().split()
     except GitError:
-        return None
+        return
     for rev in revisions:
         data = show(repo, rev, path)
-        if data is not None and content_hash(data) == wanted:
-            return rev, data
-    return None
+        if data is not None:
+            yield rev, data
+
+
+def find_by_hash(repo: Path, path: str, wanted: str) -> tuple[str, bytes] | None:
+    """A revision where `path` held bytes of SHA-256 `wanted` (a promoted kernel edited since), newest first."""
+    return next(((rev, data) for rev, data in history(repo, path) if content_hash(data) == wanted), None)

@@ -543,3 +543,37 @@ def test_the_statement_shows_the_promoted_kernels_speedups_as_promotion_bars_the
     (line,) = [line for line in lines if line.startswith("  - global T=16384: p50 143.28 us")]
     assert "0.98x vs torch_compile (its time beside pdl_token_ring, faster than beside it)" in line
     assert "13.87x vs flashinfer_norm_rope," in line  # timed beside it: no note
+
+
+def test_a_candidate_whose_docstrings_changed_since_its_run_keeps_its_figures_in_the_statement(tmp_path):
+    """Records name the bytes they measured; a candidate whose header was edited since (its code the same) is shown
+    with its earlier bytes' records, found in the file's git history, and one whose code changed is not."""
+    from harness.records import Status
+
+    repo = tmp_path / "repo"
+    folder = repo / "candidate_kernels" / "fuse_norm"
+    folder.mkdir(parents=True)
+    fixture = (REPO_ROOT / "tests" / "fixtures" / "fuse_norm" / "correct.py").read_text()
+    measured = {name: fixture + f"# {name}\n" for name in ("documented", "recoded")}  # the bytes of run-1
+    for name, text in measured.items():
+        (folder / f"{name}.py").write_text(text)
+    git = ["git", "-C", str(repo), "-c", "user.email=t@example.com", "-c", "user.name=t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "measured"], check=True)
+    hashes = {name: candidate_files.content_hash(text.encode()) for name, text in measured.items()}
+    records = [
+        EvaluationRecord(run_id="run-1", task="fuse_norm", implementation=name, kind="candidate", shape_label="T=1",
+                         shape={"T": 1}, device="cpu", policy="interpreter", seeds=[1], status=Status.PASSED,
+                         detail="", environment={}, candidate_hash=hashes[name],
+                         candidate_path=f"candidate_kernels/fuse_norm/{name}.py", parity={"x_TD": {"passed": True}})
+        for name in measured
+    ]  # fmt: skip
+    (folder / "documented.py").write_text(measured["documented"].replace("no defect.", "no defect (edited since)."))
+    (folder / "recoded.py").write_text(measured["recoded"].replace("+ eps)", "+ eps * 1.0)"))
+    lines = context.candidates_text(get_task("fuse_norm"), records, tmp_path / "results", folder, repo).splitlines()
+    documented = lines.index(next(line for line in lines if line.startswith("- documented ")))
+    assert lines[documented].endswith(f"[cpu, run run-1, as its earlier bytes {hashes['documented'][:12]}: the same "
+                                      "code, documentation edited since]")  # fmt: skip
+    assert lines[documented + 1] == "  - T=1: passed parity (cpu, not timed)"
+    assert next(line for line in lines if line.startswith("- recoded ")).endswith("[never evaluated]")

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import candidates as candidate_files
-from harness import goals, promote
+from harness import goals, promote, review_git
 from harness.environment import REPO_ROOT
 from harness.profile_kernel_records import kernel_profile_section, load_profiles
 from harness.records import RECORDS_FILE, EvaluationRecord, Status, read, task_results_dir
@@ -95,6 +95,29 @@ def _latest_by_hash(records: list[EvaluationRecord]) -> dict[str, list[Evaluatio
     return latest
 
 
+def _same_code_records(c: candidate_files.Candidate, latest: dict[str, list[EvaluationRecord]],
+                       repo: Path) -> tuple[list[EvaluationRecord], str] | None:  # fmt: skip
+    """The newest records of `c`'s code under earlier bytes of its file, documentation edited since
+    (candidates.code_hash, the bytes found in the file's git history), and those bytes' hash; None if none."""
+    if not c.path.is_relative_to(repo):
+        return None
+    rel = str(c.path.relative_to(repo))
+    earlier = {h: rs for h, rs in latest.items() if h != c.content_hash and rs[0].candidate_path == rel}
+    if not earlier:
+        return None
+    code = candidate_files.code_hash(c.path.read_bytes())
+    same = []
+    for _, data in review_git.history(repo, rel):
+        h = candidate_files.content_hash(data)
+        if h in earlier:
+            try:
+                if candidate_files.code_hash(data) == code:
+                    same.append((earlier.pop(h), h))
+            except SyntaxError:
+                pass
+    return max(same, key=lambda found: (found[0][0].device == "cuda", found[0][0].created_utc), default=None)
+
+
 def _baseline_line(records: list[EvaluationRecord]) -> str | None:
     timed = [r for r in records if r.kind != "candidate" and r.timing is not None]
     if not timed:
@@ -104,7 +127,8 @@ def _baseline_line(records: list[EvaluationRecord]) -> str | None:
     return f"Baselines in run {run}: " + "; ".join(rows)
 
 
-def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Path, folder: Path) -> str:
+def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Path, folder: Path,
+                    repo: Path = REPO_ROOT) -> str:  # fmt: skip
     lines = []
     current = promote.promoted(task.name, results_dir)
     latest = _latest_by_hash(records)
@@ -137,6 +161,10 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
     for c in others:
         recs = sorted(latest.get(c.content_hash, []), key=lambda r: r.shape_label)
         where = f"{recs[0].device}, run {recs[0].run_id}" if recs else "never evaluated"
+        if not recs and (found := _same_code_records(c, latest, repo)) is not None:
+            recs = sorted(found[0], key=lambda r: r.shape_label)
+            where = (f"{recs[0].device}, run {recs[0].run_id}, as its earlier bytes {found[1][:12]}: the same code, "
+                     "documentation edited since")  # fmt: skip
         lines.append(f"- {c.name} ({c.meta.author}{', ' + c.meta.model if c.meta.model else ''}): "
                      f"{c.meta.idea} [{where}]")  # fmt: skip
         lines += [f"  - {_record_line(r, by_run[r.run_id])}" for r in recs]
