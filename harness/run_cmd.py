@@ -284,9 +284,12 @@ def format_results(task: str, results_dir, last: int) -> str:
                 "speedups.torch_compile": "vs torch_compile", "floor_fraction": "floor",
                 "copy_floor_fraction": "copy floor", "run_id": "run"}  # fmt: skip
         counts = [c for c in latest.columns if c.startswith("launches.")]  # one column per kind of GPU operation
-        if counts:  # launches per call, in total over kinds; empty where the record has no count
-            total = latest[counts].sum(axis=1, min_count=1)
-            latest = latest.assign(launches=total.map(lambda n: "-" if pd.isna(n) else str(int(n))))
+        notes = column("launches_note")  # why a record's call could not be counted
+        if counts or notes.notna().any():  # launches per call over kinds, as the run table counts them
+            total = latest[counts].sum(axis=1, min_count=1) if counts else pd.Series(None, index=latest.index)
+            cells = ["not counted" if pd.isna(n) and isinstance(note, str) and note else "-" if pd.isna(n)
+                     else str(int(n)) for n, note in zip(total, notes, strict=True)]  # fmt: skip
+            latest = latest.assign(launches=cells)
             cols["launches"] = "launches"
         present = {k: v for k, v in cols.items() if k in latest.columns}
         view = latest[list(present)].rename(columns=present)

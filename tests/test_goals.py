@@ -159,12 +159,15 @@ def test_the_results_table_says_met_missed_not_in_force_and_not_measured(tmp_pat
     append(folder / RECORDS_FILE, _record("promoted", "T=1", 2.25, "05"))
     (row,) = [line for line in format_results("fuse_norm", tmp_path, 5).splitlines() if line.strip().startswith("T=1 ")]
     assert "2.25 us, met by 0.05 [run-05]" in row and row.endswith(" met")
-    # the latest-record table counts each record's launches per call, over kinds ("-" where not counted)
+    # the latest-record table counts each record's launches per call, over kinds: "not counted" where the record
+    # says why its call could not be counted, "-" where it was timed before counting
     append(folder / RECORDS_FILE, _record("rival", "T=16384", 170.0, "06", launches={"kernel": 2, "memset": 1}))
+    append(folder / RECORDS_FILE, _record("syncs", "T=1", 3.0, "06", launches_note="not counted: capture refused"))
     latest = format_results("fuse_norm", tmp_path, 5).split("Latest record per implementation and shape:")[1]
     header, *rows = latest.strip().splitlines()
     assert header.split()[-1] == "launches"
     assert [row.split()[-1] for row in rows if row.split()[0] == "rival"] == ["-", "3"]
+    assert [row.rsplit(maxsplit=2)[-2:] for row in rows if row.split()[0] == "syncs"] == [["not", "counted"]]
 
 
 def test_without_a_task_results_shows_every_tasks_promotion_and_goals(tmp_path):
