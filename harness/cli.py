@@ -3,11 +3,11 @@
 The first word(s) name the command (`COMMANDS`); the rest goes to Hydra, so overrides, `+key=value`, `-m`
 (multirun) and `--cfg job` work. Two mistakes that Hydra words unhelpfully are refused first, naming what the
 command takes (`override_problem`: a key the settings lack, a list item holding '=' unquoted), and a text value
-that Hydra's grammar cannot read unquoted (`base=HEAD~1`) is quoted for it (`quoted_if_literal`); everything else
-reaches Hydra as typed. `--help` is answered here, from the
-settings dataclass (every field, its default and the comment beside it in the source). Each command is a module exposing
-a frozen `...Settings` dataclass (its fields and defaults ARE the command's configuration: no YAML
-repeats them) and a `main(settings) -> int` function (the exit status). Hydra composes the
+that Hydra's grammar cannot read unquoted (`base=HEAD~1`) is quoted for it, and one value given to a list setting
+(`candidates=lean_row`) is made a list (`as_hydra_reads`); everything else reaches Hydra as typed. `--help` is
+answered here, from the settings dataclass (every field, its default and the comment beside it in the source).
+Each command is a module exposing a frozen `...Settings` dataclass (its fields and defaults ARE the command's
+configuration: no YAML repeats them) and a `main(settings) -> int` function (the exit status). Hydra composes the
 config once, from harness/conf/command.yaml over the dataclass's schema; `_to_settings` converts it
 once into the dataclass; nothing below this module sees a DictConfig.
 
@@ -253,32 +253,45 @@ def override_problem(command: Command, settings_cls: type, arg: str) -> str | No
     return None
 
 
-def quoted_if_literal(settings_cls: type, arg: str) -> str:
-    """`key='value'` where the setting is text and Hydra's grammar cannot read the value unquoted (a git revision
-    such as HEAD~1, HEAD^ or main@{1}), so that it arrives as written; every other argument unchanged."""
+def as_hydra_reads(settings_cls: type, arg: str) -> str:
+    """`arg` written as Hydra must read it to mean what was typed: a text setting's value that Hydra's grammar
+    cannot read unquoted (a git revision: HEAD~1, HEAD^, main@{1}) quoted, and one value given to a list setting
+    (`candidates=lean_row`, `seeds=4`, `shapes=T=1`) made a list of it. Everything else unchanged: a value
+    Hydra reads (a sweep, a list, an interpolation) and Hydra's own syntax stay in force."""
     if not _is_setting_override(arg):
         return arg
     key, _, value = arg.partition("=")
     field_type, _ = _setting_type(settings_cls, key)
-    if field_type is not str and not (
+    is_list = typing.get_origin(field_type) in (tuple, list)
+    is_text = field_type is str or (
         typing.get_origin(field_type) in (typing.Union, types.UnionType)
         and set(typing.get_args(field_type)) == {str, type(None)}
-    ):
+    )
+    if not (is_list or is_text):
         return arg
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
     parser = OverridesParser.create()
-    try:
-        parser.parse_override(arg)
-        return arg  # Hydra reads it: its own grammar (a sweep, an interpolation) stays in force
-    except HydraException:
-        pass
-    quoted = f"{key}='" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    try:
-        return quoted if parser.parse_override(quoted).value() == value else arg
-    except HydraException:
+    unreadable, sweep = object(), object()
+
+    def reads(text: str) -> Any:
+        try:
+            override = parser.parse_override(text)
+        except HydraException:
+            return unreadable
+        return sweep if override.is_sweep_override() else override.value()
+
+    typed = reads(arg)
+    if typed is sweep or value == "":
         return arg
+    quoted = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    if not is_list:
+        return f"{key}={quoted}" if typed is unreadable and reads(f"{key}={quoted}") == value else arg
+    if value.startswith("[") or typed is None:  # a list already (or Hydra's error to give), or null
+        return arg
+    one = [value] if typed is unreadable else [typed]
+    return next((text for text in (f"{key}=[{value}]", f"{key}=[{quoted}]") if reads(text) == one), arg)
 
 
 def run_command(command: Command, args: list[str]) -> int:
@@ -297,7 +310,7 @@ def run_command(command: Command, args: list[str]) -> int:
     if problems:
         print("\n".join(f"error: harness {command.name}: {p}" for p in problems), file=sys.stderr)
         return 1
-    args = [quoted_if_literal(settings_cls, a) for a in args]
+    args = [as_hydra_reads(settings_cls, a) for a in args]
     import hydra
     from hydra.core.config_store import ConfigStore
     from omegaconf.errors import MissingMandatoryValue

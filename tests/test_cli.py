@@ -136,17 +136,24 @@ def test_overrides_in_hydra_s_own_grammar_are_left_to_hydra():
     assert typo.startswith("unknown setting 'agent.modl' (did you mean 'agent.model'?); 'agent' has kind,"), typo
 
 
-def test_a_git_revision_hydra_cannot_read_unquoted_arrives_as_written(capsys):
+def test_a_git_revision_or_one_value_of_a_list_arrives_as_typed(capsys):
     """`harness review base=HEAD~1`: '~', '^' and '@' are outside Hydra's unquoted grammar, so a text setting's value
-    holding them is quoted for it; a value Hydra reads (a sweep) and a setting that is not text stay as typed."""
+    holding them is quoted for it; `candidates=lean_row` gives a list setting one value, so it is made a list. A
+    value Hydra reads (a sweep, a list, null) and a setting of another type stay as typed."""
     from harness.review import ReviewSettings
 
     code, out, err = run_in_process(capsys, "review", "base=HEAD~1", "head=main@{1}", "--cfg", "job")
     assert code == 0 and "base: HEAD~1\n" in out and "head: main@{1}\n" in out, err
-    assert cli.quoted_if_literal(ReviewSettings, "base=HEAD^") == "base='HEAD^'"
-    assert cli.quoted_if_literal(ReviewSettings, "base=it's~") == "base='it\\'s~'"
-    for unchanged in ("base=main", "base=a,b", "seeds=[1]", "shapes=[T=1]", "+base=HEAD~1", "-m"):
-        assert cli.quoted_if_literal(ReviewSettings, unchanged) == unchanged
+    code, out, err = run_in_process(capsys, "run", "candidates=row_warps", "seeds=4", "shapes=T=1", "--cfg", "job")
+    assert code == 0 and "candidates:\n- row_warps\n" in out and "seeds:\n- 4\n" in out and "- T=1\n" in out, err
+    assert cli.as_hydra_reads(ReviewSettings, "base=HEAD^") == "base='HEAD^'"
+    assert cli.as_hydra_reads(ReviewSettings, "base=it's~") == "base='it\\'s~'"
+    assert cli.as_hydra_reads(RunSettings, "shapes=tiny T=1") == "shapes=['tiny T=1']"
+    assert cli.as_hydra_reads(RunSettings, "candidates=HEAD~1") == "candidates=['HEAD~1']"
+    for unchanged in ("base=main", "base=a,b", "seeds=[1]", "seeds=1,2", "seeds=[1],[2]", "shapes=null", "candidates=",
+                      "shapes=[T=1]", "+base=HEAD~1", "-m", "bench.max_seconds=3"):  # fmt: skip
+        settings = ReviewSettings if unchanged.startswith(("base", "+base")) else RunSettings
+        assert cli.as_hydra_reads(settings, unchanged) == unchanged
 
 
 def test_a_value_of_the_wrong_type_is_refused_by_hydra(capsys):
