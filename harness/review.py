@@ -416,7 +416,7 @@ def main(settings: ReviewSettings) -> int:
         for c in t.changes:
             v = t.verdicts[c.path]
             gate, why = ("pass", v.reason) if v.gate_ok else ("FAIL", v.gate_reason)
-            print(f"{t.task}/{c.label} ({c.kind_text}): {v.action} [gate {gate}]: {why}")
+            print(f"{t.task}/{c.label}, {c.kind_text}: {v.action} [gate {gate}]: {why}")
     print(f"report: {md}\n        {page}")
     if not review.tasks:
         print(f"review: PASS: no candidate file changed in {review.title}")

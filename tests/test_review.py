@@ -343,8 +343,8 @@ def test_review_of_a_revision_range_fails_the_gate_on_the_broken_candidate(repo,
     assert result.returncode == 1, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("review: FAIL: fuse_norm/broken: mismatch on `tiny T=1`"), result.stdout
-    assert "fuse_norm/base_kernel (modified (documentation only)): reject [gate pass]" in result.stdout  # a comment
-    assert "fuse_norm/old_rows (deleted): reject [gate pass]" in result.stdout
+    assert "fuse_norm/base_kernel, modified (documentation only): reject [gate pass]" in result.stdout  # a comment
+    assert "fuse_norm/old_rows, deleted: reject [gate pass]" in result.stdout
     md = (out / "review.md").read_text()
     assert "diff against <code>candidate_kernels/fuse_norm/base_kernel.py</code> at <code>main</code>" in md
     assert (
@@ -366,7 +366,7 @@ def test_review_of_given_files_passes_and_bad_input_is_refused(repo, tmp_path, c
     edited = repo / "candidate_kernels" / "fuse_norm" / "base_kernel.py"  # a working-tree edit, against HEAD
     edited.write_text(edited.read_text().replace("keepdim=True) + eps)", "keepdim=True) + eps * 1.0)"))
     assert review.main(review.ReviewSettings(candidates=(str(edited),), **settings)) == 0
-    assert "fuse_norm/base_kernel (given (code of `norm_residual_norm`)): reject" in capsys.readouterr().out
+    assert "fuse_norm/base_kernel, given (code of `norm_residual_norm`): reject" in capsys.readouterr().out
     assert review.main(review.ReviewSettings(base="HEAD", head="HEAD", **settings)) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("review: PASS: no candidate file changed")
     assert review.main(review.ReviewSettings(base="no-such-branch", **settings)) == 1
