@@ -401,6 +401,13 @@ def test_hot_spots_come_from_the_newest_profile_of_each_kind(tmp_path):
     assert "T075000Z/summary.md (Profile: beam-slice, prefill, reference ops)" in text
     assert text.index("42.0%") < text.index("91.7%") and "11.0%" not in text and "## Ops" not in text
     assert "Model profile: none" in context.hot_spots_text(TASK, tmp_path / "results", tmp_path / "nothing")
+    assert "reference ops; it ran" not in text
+    optimized = tmp_path / "optimized" / "beam-slice-decode-optimized-cuda-20261130T090000Z"
+    optimized.mkdir(parents=True)
+    (optimized / "summary.md").write_text("# Profile: beam-slice, decode, optimized ops\n\n## Which ops dominate\n")
+    assert ("T090000Z/summary.md (Profile: beam-slice, decode, optimized ops; it ran the kernels promoted when it was "
+            "taken: the ones in force now are under Candidates):\n") in context.hot_spots_text(
+        TASK, tmp_path / "results", optimized.parent)  # fmt: skip
 
 
 # ---- the pieces ----------------------------------------------------------------------------------------

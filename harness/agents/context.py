@@ -230,7 +230,9 @@ def hot_spots_text(task: Task, results_dir: Path, profiles_dir: Path) -> str:
     for summary, text in summaries[:MAX_PROFILES]:
         section = markdown_section(text, HOT_SPOT_SECTION) or "(the summary has no ranking section)"
         shown = summary.relative_to(REPO_ROOT) if summary.is_relative_to(REPO_ROOT) else summary
-        parts.append(f"Newest model profile of its kind, {shown} ({_title(text)}):\n{_clip(section)}")
+        then = "; it ran the kernels promoted when it was taken: the ones in force now are under Candidates"
+        parts.append(f"Newest model profile of its kind, {shown} ({_title(text)}"
+                     f"{then if 'optimized ops' in _title(text) else ''}):\n{_clip(section)}")  # fmt: skip
     profiles, _ = load_profiles(results_dir, task.name)
     if profiles:
         parts.append("Kernel profiles of this task (Nsight Compute, latest per candidate and shape):\n"
