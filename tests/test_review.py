@@ -387,5 +387,7 @@ def test_on_the_gpu_a_review_times_the_candidate_and_draws_the_chart(tmp_path, c
     assert review.main(settings) == 0, capsys.readouterr().out  # parity passes; promotion needs every shape
     md = (tmp_path / "out" / "review.md").read_text()
     assert "| `T=1` | `row_per_program` (candidate) |" in md and "| `T=16384` | reference |" in md
+    (candidate_row,) = [line for line in md.splitlines() if line.startswith("| `T=1` | `row_per_program` (cand")]
+    assert "| launches |" in md and "| 1 kernel |" in candidate_row, candidate_row  # counted in its child
     assert "_Speedup chart (p50 ratio, whiskers: p20..p80 bands): in the HTML report._" in md
     assert "data:image/png;base64," in (tmp_path / "out" / "review.html").read_text()
