@@ -117,6 +117,15 @@ def code_hash(source: bytes) -> str:
     return hashlib.sha256(ast.dump(_code_tree(source)).encode()).hexdigest()
 
 
+def same_code(a: bytes, b: bytes) -> bool:
+    """Whether two versions of a file hold the same code, docstrings, comments and layout aside (code_hash);
+    False when either does not parse."""
+    try:
+        return code_hash(a) == code_hash(b)
+    except SyntaxError:
+        return False
+
+
 def code_differences(old: bytes, new: bytes) -> list[str]:
     """The top-level statements whose code differs between two versions of a file, by name where they have
     one (functions, classes, assigned names), in `new`'s order; removed ones last."""

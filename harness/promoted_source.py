@@ -56,10 +56,7 @@ def same_code(repo: Path, promotion: PromotionRecord, data: bytes) -> bool:
     """Whether `data` is the promoted kernel's code, docstrings and comments aside (candidates.code_hash);
     False when the promoted bytes are gone or either version does not parse."""
     found = find_bytes(repo, promotion)
-    try:
-        return found is not None and candidate_files.code_hash(data) == candidate_files.code_hash(found[0])
-    except SyntaxError:
-        return False
+    return found is not None and candidate_files.same_code(data, found[0])
 
 
 def beside(

@@ -286,10 +286,14 @@ def format_results(task: str, results_dir, last: int) -> str:
         counts = [c for c in latest.columns if c.startswith("launches.")]  # one column per kind of GPU operation
         notes = column("launches_note")  # why a record's call could not be counted
         if counts or notes.notna().any():  # launches per call over kinds, as the run table counts them
-            total = latest[counts].sum(axis=1, min_count=1) if counts else pd.Series(None, index=latest.index)
-            cells = ["not counted" if pd.isna(n) and isinstance(note, str) and note else "-" if pd.isna(n)
-                     else str(int(n)) for n, note in zip(total, notes, strict=True)]  # fmt: skip
-            latest = latest.assign(launches=cells)
+
+            def cell(total: float, note: object) -> str:
+                if not pd.isna(total):
+                    return str(int(total))
+                return "not counted" if isinstance(note, str) and note else "-"
+
+            totals = latest[counts].sum(axis=1, min_count=1) if counts else pd.Series(None, index=latest.index)
+            latest = latest.assign(launches=[cell(n, note) for n, note in zip(totals, notes, strict=True)])
             cols["launches"] = "launches"
         present = {k: v for k, v in cols.items() if k in latest.columns}
         view = latest[list(present)].rename(columns=present)

@@ -105,16 +105,11 @@ def _same_code_records(c: candidate_files.Candidate, latest: dict[str, list[Eval
     earlier = {h: rs for h, rs in latest.items() if h != c.content_hash and rs[0].candidate_path == rel}
     if not earlier:
         return None
-    code = candidate_files.code_hash(c.path.read_bytes())
-    same = []
+    now, same = c.path.read_bytes(), []
     for _, data in review_git.history(repo, rel):
         h = candidate_files.content_hash(data)
-        if h in earlier:
-            try:
-                if candidate_files.code_hash(data) == code:
-                    same.append((earlier.pop(h), h))
-            except SyntaxError:
-                pass
+        if h in earlier and candidate_files.same_code(data, now):
+            same.append((earlier.pop(h), h))
     return max(same, key=lambda found: (found[0][0].device == "cuda", found[0][0].created_utc), default=None)
 
 
