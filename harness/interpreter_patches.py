@@ -168,8 +168,9 @@ def _make_patch_builtin(interpreter, original_patch_builtin):
 
 def is_applied() -> bool:
     """Whether every patch is in place (for records and test preconditions)."""
-    builder = _interpreter_module().InterpreterBuilder
-    return all(getattr(getattr(builder, name), _PATCH_MARKER, False) for name in _FACTORIES)
+    interpreter = _interpreter_module()
+    patched = [getattr(interpreter.InterpreterBuilder, name) for name in _FACTORIES] + [interpreter._patch_builtin]
+    return all(getattr(fn, _PATCH_MARKER, False) for fn in patched)
 
 
 def _check_params(current, name: str, where: str) -> None:
