@@ -45,6 +45,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 import threading
 import time
@@ -126,7 +127,7 @@ class EvaluationSettings:
     results_dir: str | None = None  # default: <repo>/results
     cache_dir: str | None = None  # default: ~/.cache/beam-harness (Triton per candidate, Inductor, peers, flashinfer)
     keep_scratch: bool = False  # keep the children's job directories (their logs) after the run
-    progress: bool = True  # progress bar on the terminal
+    progress: bool = True  # progress bar, where stderr is a terminal (never in a log or a pipe)
     # CUDA_VISIBLE_DEVICES for this evaluation's children, e.g. "1" or "0,1" (None: inherit the parent's).
     # The parent's own GPU work (reference, FP64 judging) stays on its current device.
     cuda_devices: str | None = None
@@ -837,7 +838,8 @@ def evaluate(
             phases_s[name] = time.monotonic() - t0
             echo(f"{task.name}: {name} phase took {phases_s[name]:.1f} s")
 
-        with tqdm(total=n_children, desc=f"{task.name} children", unit="child", disable=not settings.progress) as bar:
+        with progress_bar(n_children, f"{task.name} children", settings.progress) as bar:
+            ev.echo = echo = clear_of(bar, echo)
             phase("parity", lambda: ev.run_parity_children(bar))
             if with_baselines:
                 phase("baselines", lambda: ev.run_baselines_child(bar))
@@ -868,6 +870,25 @@ def evaluate(
     )  # fmt: skip
     append(results / RUNS_FILE, run)
     return RunResult(run, tuple(records), promotion, reason, tuple(assessments))
+
+
+def progress_bar(total: int, desc: str, wanted: bool) -> tqdm:
+    """A bar of `total` children on stderr where it is a terminal and `wanted`; off in a log or a pipe, whose
+    lines would otherwise hold every redraw of it."""
+    return tqdm(total=total, desc=desc, unit="child", file=sys.stderr, disable=not (wanted and sys.stderr.isatty()))
+
+
+def clear_of(bar: tqdm, echo: Callable[[str], None]) -> Callable[[str], None]:
+    """`echo` that prints its line with the bar cleared and then draws the bar again below it, instead of
+    on the bar's line; `echo` itself where the bar is off."""
+    if bar.disable:
+        return echo
+
+    def say(line: str) -> None:
+        with tqdm.external_write_mode(file=sys.stderr):
+            echo(line)
+
+    return say
 
 
 def _jsonable(obj: Any) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 import subprocess
@@ -1575,3 +1576,34 @@ def test_a_negative_budget_is_bad_input():
 
     with pytest.raises(runner.UsageError, match=r"budget_s must be >= 0 \(0: no budget\); got -1"):
         runner.EvaluationSettings(budget_s=-1)
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_progress_bar_is_drawn_on_a_terminal_only_and_lines_print_clear_of_it(monkeypatch):
+    from harness import runner
+
+    terminal = _Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    seen = []  # what the terminal held when each line was printed
+    with runner.progress_bar(2, "fuse_norm children", wanted=True) as bar:
+        say = runner.clear_of(bar, lambda line: seen.append((line, terminal.getvalue())))
+        bar.update(1)
+        bar.refresh()  # tqdm redraws at most every 0.1 s by itself
+        assert "1/2" in terminal.getvalue()
+        say("fuse_norm: parity phase took 1.0 s")
+    ((line, held),) = seen
+    assert line == "fuse_norm: parity phase took 1.0 s"
+    assert "fuse_norm children" in held and held.endswith("\r")  # the bar drawn, then cleared for the line
+    assert terminal.getvalue()[len(held) :].lstrip("\r").startswith("fuse_norm children")  # and drawn again
+
+    for stderr, wanted in ((io.StringIO(), True), (_Terminal(), False)):  # a log or a pipe; progress=false
+        monkeypatch.setattr(sys, "stderr", stderr)
+        echo = seen.append
+        with runner.progress_bar(2, "fuse_norm children", wanted=wanted) as bar:
+            bar.update(1)
+            assert runner.clear_of(bar, echo) is echo
+        assert stderr.getvalue() == ""
