@@ -8,7 +8,7 @@
 promotion in force, the verdicts, the diffs, the kernel profiles. Nothing here reads a file, a
 clock or git: the same inputs give the same report (tests/test_review.py holds it to a stored file).
 
-Per task: the verdict of every changed candidate (promote / reject, and why), what an edit touched (the
+Per task: the verdict of every changed candidate (promote / not promoted / reject, and why), what an edit touched (the
 definitions whose code changed, or documentation only), parity figures per shape and output, timings
 against every baseline with their p20..p80 bands, the GPU operations one call launches (where counted), the
 floor fraction, the contract (cheat) checks and the sandbox, Nsight Compute metrics when recorded, the
@@ -85,22 +85,34 @@ class Change:
         return f"{self.kind} ({self.edit_text})" if self.edit_text else self.kind
 
 
+VERDICT_ACTIONS = ("promote", "not promoted", "reject")
+
+
 @dataclass(frozen=True)
 class Verdict:
     """What the review concludes for one change: would it be promoted, and does it pass the gate."""
 
     path: str
-    action: str  # "promote" or "reject"
+    # "promote": `harness run` would promote it on these records; "not promoted": it passes the gate, but would not
+    # be (not timed, not eligible, or another candidate won); "reject": it fails the gate.
+    action: str
     reason: str
     gate_ok: bool
     gate_reason: str = ""  # why it fails the gate; empty when it passes
     against_promoted: dict[str, Comparison] = field(default_factory=dict)  # shape -> vs the promoted kernel
 
     def __post_init__(self) -> None:
-        if self.action not in ("promote", "reject"):
-            raise ValueError(f"verdict action must be promote or reject; got {self.action!r}")
+        if self.action not in VERDICT_ACTIONS:
+            raise ValueError(f"verdict action must be one of {', '.join(VERDICT_ACTIONS)}; got {self.action!r}")
+        if (self.action == "reject") == self.gate_ok:
+            raise ValueError(f"a verdict is 'reject' exactly when it fails the gate; got {self.action!r} with "
+                             f"gate_ok={self.gate_ok} ({self.path})")  # fmt: skip
         if not self.gate_ok and not self.gate_reason:
             raise ValueError(f"a verdict failing the gate must say why ({self.path})")
+
+    @property
+    def css_class(self) -> str:
+        return "verdict " + self.action.replace(" ", "-")
 
 
 @dataclass(frozen=True)
@@ -349,7 +361,7 @@ def _verdict_para(v: Verdict) -> Para:
         gate = "passes the gate"
     else:
         gate = "**fails the gate**" + ("" if v.gate_reason == v.reason else f": {v.gate_reason}")
-    return Para(f"**Verdict: {v.action.upper()}**: {v.reason} ({gate})", cls=f"verdict {v.action}")
+    return Para(f"**Verdict: {v.action.upper()}**: {v.reason} ({gate})", cls=v.css_class)
 
 
 def change_section(t: TaskReview, c: Change, checks: Sequence[tuple[str, str]]) -> list[Block]:

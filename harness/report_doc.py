@@ -28,7 +28,8 @@ class Heading:
 @dataclass(frozen=True)
 class Para:
     text: str
-    cls: str = ""  # HTML class: "verdict promote", "verdict reject", "gate pass", "gate fail", "note"
+    # HTML class: "verdict promote", "verdict not-promoted", "verdict reject", "gate pass", "gate fail", "note"
+    cls: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ tr.fail td { background: #ffebe9; } tr.pass td { background: #eef9f0; } tr.candi
 p.verdict, p.gate { padding: 8px 12px; border-radius: 6px; font-size: 15px; }
 p.promote, p.pass { background: #dafbe1; border: 1px solid #1a7f37; }
 p.reject, p.fail { background: #ffebe9; border: 1px solid #cf222e; }
+p.not-promoted { background: #f6f8fa; border: 1px solid #8c959f; }
 p.note { color: #59636e; }
 pre.diff { font: 12px/1.35 ui-monospace, SFMono-Regular, Menlo, Consolas, monospace; background: #f6f8fa;
            padding: 8px; overflow-x: auto; border: 1px solid #d0d7de; border-radius: 6px; }

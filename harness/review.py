@@ -95,7 +95,7 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
             why = (f"deletes the promoted kernel of `{c.task}` (`{promoted.candidate}`): the optimized model would "
                    "fall back to the reference; promote a successor first")  # fmt: skip
             return Verdict(c.path, "reject", why, False, why)
-        return Verdict(c.path, "reject", "deleted: nothing to evaluate", True)
+        return Verdict(c.path, "not promoted", "deleted: nothing to evaluate", True)
     if c.contract_error:
         why = f"breaks the candidate contract: {c.contract_error}"
         return Verdict(c.path, "reject", why, False, why)
@@ -122,16 +122,16 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
     if all(r.timing is None for r in rows):
         skipped = rows[0].timing_skipped or "no timing"
         why = f"parity passed on every shape ({rows[0].policy} policy); not promotable without GPU timings ({skipped})"
-        return Verdict(c.path, "reject", why + unchecked, True, "", against)
+        return Verdict(c.path, "not promoted", why + unchecked, True, "", against)
     if decision is not None and decision.action == "promote" and decision.content_hash == c.content_hash:
         return Verdict(c.path, "promote", decision.reason + unchecked, True, "", against)
     a = by_hash.get(c.content_hash)
     if a is not None and not a.eligible:
         more = f" (and {len(a.reasons) - 3} more)" if len(a.reasons) > 3 else ""
-        return Verdict(c.path, "reject", "; ".join(a.reasons[:3]) + more + unchecked, True, "", against)
+        return Verdict(c.path, "not promoted", "; ".join(a.reasons[:3]) + more + unchecked, True, "", against)
     score = f" (geomean of worst speedups {a.score:.3f}x)" if a is not None and a.score else ""
     why = f"eligible{score}, but not promoted: {decide_reason}"
-    return Verdict(c.path, "reject", why + unchecked, True, "", against)
+    return Verdict(c.path, "not promoted", why + unchecked, True, "", against)
 
 
 def gate_of(tasks: Sequence[TaskReview]) -> Gate:

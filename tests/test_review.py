@@ -142,7 +142,7 @@ def fixed_review() -> Review:
 
 
 # ---- verdicts and the gate --------------------------------------------------------------------------------
-def test_verdicts_promote_the_best_and_reject_with_reasons():
+def test_verdicts_promote_the_best_hold_the_rest_and_reject_with_reasons():
     r = fixed_review()
     v = r.tasks[0].verdicts
     fast = v["candidate_kernels/fuse_norm/fast_rows.py"]
@@ -153,10 +153,24 @@ def test_verdicts_promote_the_best_and_reject_with_reasons():
     assert {s: c.verdict for s, c in edited.against_promoted.items()} == {"T=1": "regression", "T=16384": "regression"}
     skipped = v["candidate_kernels/fuse_norm/skipped.py"]
     assert not skipped.gate_ok and skipped.gate_reason.startswith("mismatch on `T=1`: x_TD: 12 elements")
-    assert v["candidate_kernels/fuse_norm/old_rows.py"].gate_ok  # deleting a file nobody uses is fine
+    assert skipped.action == "reject"
+    deleted = v["candidate_kernels/fuse_norm/old_rows.py"]
+    assert deleted.gate_ok and deleted.action == "not promoted"  # deleting a file nobody uses is fine
     assert not v["candidate_kernels/fuse_norm/broken_meta.py"].gate_ok
     assert not r.gate.ok and len(r.gate.reasons) == 3
     assert r.gate.line == f"review: FAIL: {r.gate.reasons[0]} (and 2 more, see the report)"
+
+
+def test_a_verdict_rejects_exactly_what_fails_the_gate():
+    from harness.report import Verdict
+
+    with pytest.raises(ValueError, match="'reject' exactly when it fails the gate; got 'reject' with gate_ok=True"):
+        Verdict("candidate_kernels/fuse_norm/x.py", "reject", "slower than torch_compile", True)
+    with pytest.raises(ValueError, match="got 'not promoted' with gate_ok=False"):
+        Verdict("candidate_kernels/fuse_norm/x.py", "not promoted", "mismatch", False, "mismatch")
+    with pytest.raises(ValueError, match="one of promote, not promoted, reject; got 'hold'"):
+        Verdict("candidate_kernels/fuse_norm/x.py", "hold", "why", True)
+    assert Verdict("candidate_kernels/fuse_norm/x.py", "not promoted", "why", True).css_class == "verdict not-promoted"
 
 
 def test_deleting_the_promoted_kernel_fails_the_gate_and_a_same_speed_edit_does_not():
@@ -287,7 +301,8 @@ def test_the_html_page_renders_in_headless_chromium(tmp_path):
     assert dom.returncode == 0, dom.stderr[-2000:]
     html = dom.stdout
     assert "<strong>Gate: FAIL</strong>" in html and "<strong>Verdict: PROMOTE</strong>" in html
-    assert '<p class="verdict reject">' in html and html.count("<table>") >= 8
+    assert '<p class="verdict reject">' in html and '<p class="verdict not-promoted">' in html
+    assert html.count("<table>") >= 8
     assert "<th>candidate speedup</th>" in html and '<span class="add">+    num_warps = 8</span>' in html
     chart = '<img class="chart" alt="speedup of fuse_norm candidates over each baseline" src="data:image/png;base64,'
     assert chart in html
@@ -343,8 +358,8 @@ def test_review_of_a_revision_range_fails_the_gate_on_the_broken_candidate(repo,
     assert result.returncode == 1, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith("review: FAIL: fuse_norm/broken: mismatch on `tiny T=1`"), result.stdout
-    assert "fuse_norm/base_kernel, modified (documentation only): reject [gate pass]" in result.stdout  # a comment
-    assert "fuse_norm/old_rows, deleted: reject [gate pass]" in result.stdout
+    assert "fuse_norm/base_kernel, modified (documentation only): not promoted [gate pass]" in result.stdout
+    assert "fuse_norm/old_rows, deleted: not promoted [gate pass]" in result.stdout
     md = (out / "review.md").read_text()
     assert "diff against <code>candidate_kernels/fuse_norm/base_kernel.py</code> at <code>main</code>" in md
     assert (
@@ -366,7 +381,10 @@ def test_review_of_given_files_passes_and_bad_input_is_refused(repo, tmp_path, c
     edited = repo / "candidate_kernels" / "fuse_norm" / "base_kernel.py"  # a working-tree edit, against HEAD
     edited.write_text(edited.read_text().replace("keepdim=True) + eps)", "keepdim=True) + eps * 1.0)"))
     assert review.main(review.ReviewSettings(candidates=(str(edited),), **settings)) == 0
-    assert "fuse_norm/base_kernel, given (code of `norm_residual_norm`): reject" in capsys.readouterr().out
+    assert (
+        "fuse_norm/base_kernel, given (code of `norm_residual_norm`): not promoted [gate pass]"
+        in capsys.readouterr().out
+    )
     assert review.main(review.ReviewSettings(base="HEAD", head="HEAD", **settings)) == 0
     assert capsys.readouterr().out.strip().splitlines()[-1].startswith("review: PASS: no candidate file changed")
     assert review.main(review.ReviewSettings(base="no-such-branch", **settings)) == 1
