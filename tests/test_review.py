@@ -142,7 +142,7 @@ def fixed_review() -> Review:
 
 
 # ---- verdicts and the gate --------------------------------------------------------------------------------
-def test_verdicts_promote_the_best_hold_the_rest_and_reject_with_reasons():
+def test_verdicts_promote_the_best_reject_what_fails_the_gate_and_say_why_the_rest_are_not_promoted():
     r = fixed_review()
     v = r.tasks[0].verdicts
     fast = v["candidate_kernels/fuse_norm/fast_rows.py"]
