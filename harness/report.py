@@ -85,30 +85,27 @@ class Change:
         return f"{self.kind} ({self.edit_text})" if self.edit_text else self.kind
 
 
-VERDICT_ACTIONS = ("promote", "not promoted", "reject")
-
-
 @dataclass(frozen=True)
 class Verdict:
-    """What the review concludes for one change: would it be promoted, and does it pass the gate."""
+    """What the review concludes for one change: does it pass the gate, and would `harness run` promote it."""
 
     path: str
-    # "promote": `harness run` would promote it on these records; "not promoted": it passes the gate, but would not
-    # be (not timed, not eligible, or another candidate won); "reject": it fails the gate.
-    action: str
-    reason: str
-    gate_ok: bool
-    gate_reason: str = ""  # why it fails the gate; empty when it passes
+    reason: str  # why it is promoted, why it is not, or why it fails the gate
+    gate_ok: bool = True
+    promoted: bool = False  # `harness run` would promote it on these records
     against_promoted: dict[str, Comparison] = field(default_factory=dict)  # shape -> vs the promoted kernel
 
     def __post_init__(self) -> None:
-        if self.action not in VERDICT_ACTIONS:
-            raise ValueError(f"verdict action must be one of {', '.join(VERDICT_ACTIONS)}; got {self.action!r}")
-        if (self.action == "reject") == self.gate_ok:
-            raise ValueError(f"a verdict is 'reject' exactly when it fails the gate; got {self.action!r} with "
-                             f"gate_ok={self.gate_ok} ({self.path})")  # fmt: skip
-        if not self.gate_ok and not self.gate_reason:
-            raise ValueError(f"a verdict failing the gate must say why ({self.path})")
+        if not self.reason:
+            raise ValueError(f"a verdict must say why ({self.path})")
+        if self.promoted and not self.gate_ok:
+            raise ValueError(f"a verdict failing the gate cannot promote ({self.path})")
+
+    @property
+    def action(self) -> str:
+        """'promote'; 'not promoted': it passes the gate, but would not be (not timed, not eligible, or another
+        candidate won); 'reject': it fails the gate."""
+        return "reject" if not self.gate_ok else "promote" if self.promoted else "not promoted"
 
     @property
     def css_class(self) -> str:
@@ -357,10 +354,7 @@ def chart_points(t: TaskReview) -> list[SpeedupPoint]:
 
 
 def _verdict_para(v: Verdict) -> Para:
-    if v.gate_ok:
-        gate = "passes the gate"
-    else:
-        gate = "**fails the gate**" + ("" if v.gate_reason == v.reason else f": {v.gate_reason}")
+    gate = "passes the gate" if v.gate_ok else "**fails the gate**"
     return Para(f"**Verdict: {v.action.upper()}**: {v.reason} ({gate})", cls=v.css_class)
 
 
@@ -454,8 +448,8 @@ def review_blocks(review: Review) -> list[Block]:
     for t in review.tasks:
         for c in t.changes:
             v = t.verdicts[c.path]
-            summary.append((f"`{t.task}`", f"`{c.label}`", c.kind_text, f"**{v.action}**",
-                            "pass" if v.gate_ok else "FAIL", v.reason if v.gate_ok else v.gate_reason))  # fmt: skip
+            gate = "pass" if v.gate_ok else "FAIL"
+            summary.append((f"`{t.task}`", f"`{c.label}`", c.kind_text, f"**{v.action}**", gate, v.reason))
     blocks.append(Table(("task", "candidate", "change", "verdict", "gate", "reason"), tuple(summary),
                         tuple("pass" if row[4] == "pass" else "fail" for row in summary)))  # fmt: skip
     for t in review.tasks:

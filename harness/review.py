@@ -94,18 +94,18 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
         if _replaces_promoted(c, promoted):
             why = (f"deletes the promoted kernel of `{c.task}` (`{promoted.candidate}`): the optimized model would "
                    "fall back to the reference; promote a successor first")  # fmt: skip
-            return Verdict(c.path, "reject", why, False, why)
-        return Verdict(c.path, "not promoted", "deleted: nothing to evaluate", True)
+            return Verdict(c.path, why, gate_ok=False)
+        return Verdict(c.path, "deleted: nothing to evaluate")
     if c.contract_error:
         why = f"breaks the candidate contract: {c.contract_error}"
-        return Verdict(c.path, "reject", why, False, why)
+        return Verdict(c.path, why, gate_ok=False)
     rows = [r for r in records if r.implementation == c.candidate]
     if not rows:
         why = "was not evaluated (no record in the run)"
-        return Verdict(c.path, "reject", why, False, why)
+        return Verdict(c.path, why, gate_ok=False)
     problem = _first_problem(rows)
     if problem:
-        return Verdict(c.path, "reject", problem, False, problem)
+        return Verdict(c.path, problem, gate_ok=False)
     against: dict[str, Any] = {}
     if _replaces_promoted(c, promoted) and promoted_name and promoted_name != c.candidate:
         old = [r for r in records if r.implementation == promoted_name]
@@ -118,24 +118,24 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
         shape, cmp = next(iter(slower.items()))
         more = f" (and {len(slower) - 1} more shape(s))" if len(slower) > 1 else ""
         why = f"regresses the promoted `{promoted.candidate}` it replaces on `{shape}`: {cmp.reason}{more}"
-        return Verdict(c.path, "reject", why, False, why, against)
+        return Verdict(c.path, why, gate_ok=False, against_promoted=against)
     if all(r.timing is None for r in rows):
         skipped = rows[0].timing_skipped or "no timing"
         why = f"parity passed on every shape ({rows[0].policy} policy); not promotable without GPU timings ({skipped})"
-        return Verdict(c.path, "not promoted", why + unchecked, True, "", against)
+        return Verdict(c.path, why + unchecked, against_promoted=against)
     if decision is not None and decision.action == "promote" and decision.content_hash == c.content_hash:
-        return Verdict(c.path, "promote", decision.reason + unchecked, True, "", against)
+        return Verdict(c.path, decision.reason + unchecked, promoted=True, against_promoted=against)
     a = by_hash.get(c.content_hash)
     if a is not None and not a.eligible:
         more = f" (and {len(a.reasons) - 3} more)" if len(a.reasons) > 3 else ""
-        return Verdict(c.path, "not promoted", "; ".join(a.reasons[:3]) + more + unchecked, True, "", against)
+        return Verdict(c.path, "; ".join(a.reasons[:3]) + more + unchecked, against_promoted=against)
     score = f" (geomean of worst speedups {a.score:.3f}x)" if a is not None and a.score else ""
     why = f"eligible{score}, but not promoted: {decide_reason}"
-    return Verdict(c.path, "not promoted", why + unchecked, True, "", against)
+    return Verdict(c.path, why + unchecked, against_promoted=against)
 
 
 def gate_of(tasks: Sequence[TaskReview]) -> Gate:
-    reasons = tuple(f"{t.task}/{c.label}: {t.verdicts[c.path].gate_reason}" for t in tasks for c in t.changes
+    reasons = tuple(f"{t.task}/{c.label}: {t.verdicts[c.path].reason}" for t in tasks for c in t.changes
                     if not t.verdicts[c.path].gate_ok)  # fmt: skip
     return Gate(not reasons, reasons)
 
@@ -415,8 +415,7 @@ def main(settings: ReviewSettings) -> int:
     for t in review.tasks:
         for c in t.changes:
             v = t.verdicts[c.path]
-            gate, why = ("pass", v.reason) if v.gate_ok else ("FAIL", v.gate_reason)
-            print(f"{t.task}/{c.label}, {c.kind_text}: {v.action} [gate {gate}]: {why}")
+            print(f"{t.task}/{c.label}, {c.kind_text}: {v.action} [gate {'pass' if v.gate_ok else 'FAIL'}]: {v.reason}")
     print(f"report: {md}\n        {page}")
     if not review.tasks:
         print(f"review: PASS: no candidate file changed in {review.title}")

@@ -149,10 +149,10 @@ def test_verdicts_promote_the_best_reject_what_fails_the_gate_and_say_why_the_re
     assert fast.action == "promote" and fast.gate_ok and "geomean" in fast.reason
     edited = v["candidate_kernels/fuse_norm/row_per_program.py"]
     assert edited.action == "reject" and not edited.gate_ok
-    assert edited.gate_reason.startswith("regresses the promoted `row_per_program` it replaces on `T=1`")
+    assert edited.reason.startswith("regresses the promoted `row_per_program` it replaces on `T=1`")
     assert {s: c.verdict for s, c in edited.against_promoted.items()} == {"T=1": "regression", "T=16384": "regression"}
     skipped = v["candidate_kernels/fuse_norm/skipped.py"]
-    assert not skipped.gate_ok and skipped.gate_reason.startswith("mismatch on `T=1`: x_TD: 12 elements")
+    assert not skipped.gate_ok and skipped.reason.startswith("mismatch on `T=1`: x_TD: 12 elements")
     assert skipped.action == "reject"
     deleted = v["candidate_kernels/fuse_norm/old_rows.py"]
     assert deleted.gate_ok and deleted.action == "not promoted"  # deleting a file nobody uses is fine
@@ -164,19 +164,21 @@ def test_verdicts_promote_the_best_reject_what_fails_the_gate_and_say_why_the_re
 def test_a_verdict_rejects_exactly_what_fails_the_gate():
     from harness.report import Verdict
 
-    with pytest.raises(ValueError, match="'reject' exactly when it fails the gate; got 'reject' with gate_ok=True"):
-        Verdict("candidate_kernels/fuse_norm/x.py", "reject", "slower than torch_compile", True)
-    with pytest.raises(ValueError, match="got 'not promoted' with gate_ok=False"):
-        Verdict("candidate_kernels/fuse_norm/x.py", "not promoted", "mismatch", False, "mismatch")
-    with pytest.raises(ValueError, match="one of promote, not promoted, reject; got 'hold'"):
-        Verdict("candidate_kernels/fuse_norm/x.py", "hold", "why", True)
-    assert Verdict("candidate_kernels/fuse_norm/x.py", "not promoted", "why", True).css_class == "verdict not-promoted"
+    path = "candidate_kernels/fuse_norm/x.py"
+    assert Verdict(path, "mismatch", gate_ok=False).action == "reject"
+    assert Verdict(path, "slower than torch_compile").action == "not promoted"
+    assert Verdict(path, "geomean 2.0x", promoted=True).action == "promote"
+    with pytest.raises(ValueError, match="a verdict failing the gate cannot promote"):
+        Verdict(path, "mismatch", gate_ok=False, promoted=True)
+    with pytest.raises(ValueError, match="a verdict must say why"):
+        Verdict(path, "")
+    assert Verdict(path, "why").css_class == "verdict not-promoted"
 
 
 def test_deleting_the_promoted_kernel_fails_the_gate_and_a_same_speed_edit_does_not():
     gone = Change("fuse_norm", PROMOTED.path, "deleted")
     verdicts, _ = review.judge((gone,), [], PROMOTED, None, SHAPES)
-    assert not verdicts[PROMOTED.path].gate_ok and "deletes the promoted kernel" in verdicts[PROMOTED.path].gate_reason
+    assert not verdicts[PROMOTED.path].gate_ok and "deletes the promoted kernel" in verdicts[PROMOTED.path].reason
     same = [r for r in fixed_records() if r.implementation != "row_per_program"]
     same += [record("row_per_program", s, 202.0 if s == "T=16384" else 2.41) for s in SHAPES]  # within noise
     edit = next(c for c in fixed_changes() if c.kind == "modified")
