@@ -30,6 +30,14 @@ time (RING, 4 stages, 4 warps), mixed_squares' again its plain MIXED = 6 one: in
 T = 1000 followed a different pick of its autotuner (Triton's default timing there: each call alone after an L2
 flush by writing), and mixed_squares' pick and time repeated (11.45 us). The barrier is in the plain programs only,
 and the ring config that lost by 25% has none. Not promoted again (slower than the kernel in force at T = 1000).
+Promoted (fortieth session, the same command, run 20261205T141750-afcf7b at e3608b8; results/gpu_logs/
+2026-12-05-session40/): T=1 2.29 / 2.30, T=3 2.69 / 2.86, T=8 2.85 / 3.08, T=64 3.62 / 3.95, T=1000 11.66 / 14.31,
+T=16384 170.79 / 170.66, beating every baseline beyond noise at every shape (geomean of worst speedups 1.285x). At
+T = 1000 this time mixed_squares' autotuner took the ring config (RING, 4 stages, 4 warps) and this one the plain
+MIXED = 6 config: over the three sessions the T = 1000 figures of both kernels follow their autotuners' picks (plain
+11.45-12.08 us, the ring 14.31), not the barrier. An earlier run of the same session (20261205T140058-e08e38, records
+not kept) had T=1000 12.08 / 11.56 and T=16384 170.21 / 170.14. Goals: T = 1 met by 0.01 us (2.3); T = 16384 missed
+by 5.79 us (165), as the parent (the same ring programs).
 
 mixed_squares.py's header, unchanged (its figures are the parent's):
 
