@@ -7,7 +7,8 @@ Gating findings (the nightly exits non-zero):
               promoted kernel's path fails or breaks the contract; the promoted bytes are gone; or
               after the run the promotion in force cannot be loaded by the optimized model
   regression  the promoted kernel's p50 on a shape is slower than its history on this GPU model
-              beyond the noise-aware threshold (harness/regression.py)
+              beyond the noise-aware threshold (harness/regression.py); where its Triton autotuners
+              picked other configs than in the last run of that history, it says which
 Informational: promotion / withdrawal (this run changed the promotion), faster (the promoted
 kernel got faster than its history), drift (a baseline's time moved beyond the threshold: a
 library or driver change), and failures of candidates that are not promoted.
@@ -25,7 +26,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.records import EvaluationRecord, PromotionRecord, Status, Timing
+from harness.records import EvaluationRecord, PromotionRecord, Status, Timing, autotune_key_text, config_parts
 from harness.regression import Thresholds, compare_to_history
 
 FINDING_KINDS = ("failure", "regression", "promotion", "withdrawal", "faster", "drift")
@@ -67,7 +68,7 @@ class TaskEvidence:
     promoted_lineage: tuple[str, ...] = ()
 
 
-def history_timings(
+def history_records(
     history: Sequence[EvaluationRecord],
     shape: str,
     gpu: str,
@@ -75,15 +76,32 @@ def history_timings(
     *,
     candidate_hashes: Collection[str] = (),
     implementation: str | None = None,
-) -> list[Timing]:
-    """Passed, timed measurements of one kernel (by its hashes) or baseline (by name) on one shape and GPU,
-    with windows that ended alike (records.WINDOW_ENDS), oldest first."""
+) -> list[EvaluationRecord]:
+    """Passed, timed records of one kernel (by its hashes) or baseline (by name) on one shape and GPU, with
+    windows that ended alike (records.WINDOW_ENDS), oldest first."""
     rows = [r for r in history
             if r.shape_label == shape and r.device == "cuda" and r.environment.get("device") == gpu
             and r.status is Status.PASSED and r.timing is not None and r.timing.window_end == window_end
             and (r.candidate_hash in candidate_hashes if candidate_hashes else
                  r.implementation == implementation)]  # fmt: skip
-    return [r.timing for r in sorted(rows, key=lambda r: r.created_utc)]
+    return sorted(rows, key=lambda r: r.created_utc)
+
+
+def autotune_changes(now: EvaluationRecord, before: EvaluationRecord) -> list[str]:
+    """Every autotuning key both records' benchmark children tuned whose pick differs, as
+    "`kernel` (key): name old -> new, ...". A record holds its child's picks for every key it tuned, so a
+    change listed on one shape may be another shape's key: the key's values tell which."""
+    out = []
+    for kernel, choices in now.autotuned.items():
+        earlier = before.autotuned.get(kernel, {})
+        for key, config in choices.items():
+            if key not in earlier or earlier[key] == config:
+                continue
+            old, new = (dict(part.partition(": ")[::2] for part in config_parts(c)) for c in (earlier[key], config))
+            moved = [f"{name} {old.get(name, '-')} -> {new.get(name, '-')}"
+                     for name in dict.fromkeys([*old, *new]) if old.get(name) != new.get(name)]  # fmt: skip
+            out.append(f"`{kernel}` ({autotune_key_text(key)}): {', '.join(moved)}")
+    return sorted(out)
 
 
 def _worst(rows: Sequence[EvaluationRecord]) -> str:
@@ -138,17 +156,22 @@ def assess(e: TaskEvidence, thresholds: Thresholds) -> tuple[list[Finding], dict
                    "comparison": None}  # fmt: skip
             if r.timing is not None:
                 same_code = e.promoted_lineage if r.candidate_hash in e.promoted_lineage else ()
-                past = history_timings(e.history, r.shape_label, gpu, r.timing.window_end,
+                past = history_records(e.history, r.shape_label, gpu, r.timing.window_end,
                                        candidate_hashes={r.candidate_hash, *same_code})  # fmt: skip
-                cmp = compare_to_history(r.timing, past, thresholds)
+                cmp = compare_to_history(r.timing, [p.timing for p in past], thresholds)
+                changes = autotune_changes(r, past[-1]) if past else []
                 row["comparison"] = cmp.to_dict()
+                row["autotune_changes"] = changes
                 if cmp.verdict in ("regression", "faster"):
-                    findings.append(Finding(cmp.verdict, e.task, r.implementation, cmp.reason,
-                                            cmp.verdict == "regression", r.shape_label, cmp.to_dict()))  # fmt: skip
+                    why = cmp.reason
+                    if changes:
+                        why += f"; its autotuners picked differently from run {past[-1].run_id}: {'; '.join(changes)}"
+                    findings.append(Finding(cmp.verdict, e.task, r.implementation, why, cmp.verdict == "regression",
+                                            r.shape_label, cmp.to_dict() | {"autotune_changes": changes}))  # fmt: skip
             revalidation.append(row)
         elif r.kind != "candidate" and r.timing is not None:
-            past = history_timings(e.history, r.shape_label, gpu, r.timing.window_end, implementation=r.implementation)
-            cmp = compare_to_history(r.timing, past, thresholds)
+            past = history_records(e.history, r.shape_label, gpu, r.timing.window_end, implementation=r.implementation)
+            cmp = compare_to_history(r.timing, [p.timing for p in past], thresholds)
             drift.append({"implementation": r.implementation, "shape": r.shape_label, "comparison": cmp.to_dict()})
             if cmp.verdict in ("regression", "faster"):
                 word = "slower" if cmp.verdict == "regression" else "faster"

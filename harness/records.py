@@ -15,6 +15,7 @@ line that does not parse, so a torn line never corrupts the records before or af
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import datetime
 import enum
@@ -89,6 +90,26 @@ def launches_cell(record: EvaluationRecord | None) -> str:
     if record is None or (record.launches is None and not record.launches_note):
         return "-"
     return launches_text(record.launches) if record.launches is not None else "not counted"
+
+
+_CONFIG_DEFAULTS = ("num_ctas: 1", "maxnreg: None")  # parts of a config's text that every config shows
+
+
+def autotune_key_text(key: str) -> str:
+    """An autotuning key as `EvaluationRecord.autotuned` stores it ("(5120, 16, True, 'torch.bfloat16')") with its
+    dtypes left out: "5120, 16, True"."""
+    try:
+        values = ast.literal_eval(key)
+    except (ValueError, SyntaxError):
+        return key
+    values = values if isinstance(values, tuple) else (values,)
+    return ", ".join(str(v) for v in values if not str(v).startswith("torch."))
+
+
+def config_parts(config: str) -> list[str]:
+    """A chosen config's text ("BLOCK: 64, num_warps: 4, num_ctas: 1, ...") as its "name: value" parts, the
+    defaults every config shows left out."""
+    return [part for part in config.split(", ") if part not in _CONFIG_DEFAULTS]
 
 
 def _require(ok: bool, message: str) -> None:

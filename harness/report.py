@@ -17,7 +17,6 @@ speedup chart (HTML), the diff against the parent, and at the end the environmen
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -26,7 +25,14 @@ from typing import Any
 from harness import promote
 from harness.profile_kernel_records import pipes_cell, stalls_cell
 from harness.profile_summary import format_cell
-from harness.records import EvaluationRecord, PromotionRecord, Status, launches_cell
+from harness.records import (
+    EvaluationRecord,
+    PromotionRecord,
+    Status,
+    autotune_key_text,
+    config_parts,
+    launches_cell,
+)
 from harness.regression import Comparison
 from harness.report_chart import SpeedupPoint, speedup_chart
 from harness.report_doc import Block, Bullets, Chart, Diff, Heading, Para, Table, render_html, render_markdown
@@ -270,18 +276,9 @@ def goals_table(rows: Sequence[dict[str, Any]]) -> Table:
 
 def autotuned_lines(rows: Sequence[EvaluationRecord]) -> list[str]:
     """`kernel (key values)`: config, per autotuning key; the key's dtypes and the configs' defaults left out."""
-    out = set()
-    for r in rows:
-        for kernel, choices in r.autotuned.items():
-            for key, config in choices.items():
-                try:
-                    values = ast.literal_eval(key)
-                except (ValueError, SyntaxError):
-                    values = (key,)
-                shown = ", ".join(str(v) for v in values if not str(v).startswith("torch."))
-                kept = [part for part in config.split(", ") if part not in ("num_ctas: 1", "maxnreg: None")]
-                out.add(f"`{kernel}` ({shown}): {', '.join(kept)}")
-    return sorted(out)
+    chosen = {(kernel, key, config) for r in rows for kernel, choices in r.autotuned.items()
+              for key, config in choices.items()}  # fmt: skip
+    return sorted(f"`{k}` ({autotune_key_text(key)}): {', '.join(config_parts(c))}" for k, key, c in chosen)
 
 
 def cheat_section(rows: Sequence[EvaluationRecord], checks: Sequence[tuple[str, str]]) -> list[Block]:

@@ -125,6 +125,30 @@ def test_a_promoted_kernel_slower_than_its_history_fails_the_night():
     assert not [f for f in assess(steady, Thresholds())[0] if f.gating]
 
 
+def test_a_regression_names_the_autotuner_picks_that_changed_since_the_last_run_in_its_history():
+    def tuned(picks: dict[int, str]) -> dict[str, dict[str, str]]:
+        return {"_fuse_norm_kernel": {f"(5120, {rows}, 'torch.bfloat16')": f"{config}, num_ctas: 1, maxnreg: None"
+                                      for rows, config in picks.items()}}  # fmt: skip
+
+    plain, ring = "RING: False, STAGES: 1, num_warps: 4", "RING: True, STAGES: 4, num_warps: 4"
+    history = [gpu_record(f"h{i}", "row_per_program", 2.0 + 0.01 * i, when=f"2026-11-0{i + 1}T00:00:00+00:00",
+                          autotuned=tuned({1024: plain, 1: plain})) for i in range(4)]  # fmt: skip
+    now = (gpu_record("new", "row_per_program", 3.0, when="2026-11-30T00:00:00+00:00",
+                      autotuned=tuned({1024: ring, 1: plain, 64: plain})),)  # fmt: skip
+    findings, details = assess(TaskEvidence("fuse_norm", now, PROMOTION, "row_per_program", "", None, "stays",
+                                            tuple(history)), Thresholds())  # fmt: skip
+    (regression,) = [f for f in findings if f.kind == "regression"]
+    change = "`_fuse_norm_kernel` (5120, 1024): RING False -> True, STAGES 1 -> 4"
+    assert regression.message.endswith(f"; its autotuners picked differently from run h3: {change}")
+    assert regression.figures["autotune_changes"] == [change] == details["revalidation"][0]["autotune_changes"]
+    # the same picks (a key tuned in one run only is no change): the finding says nothing of them
+    same = (gpu_record("new", "row_per_program", 3.0, autotuned=tuned({1024: plain, 1: plain, 64: ring})),)
+    findings, _ = assess(TaskEvidence("fuse_norm", same, PROMOTION, "row_per_program", "", None, "stays",
+                                      tuple(history)), Thresholds())  # fmt: skip
+    (regression,) = [f for f in findings if f.kind == "regression"]
+    assert "autotuners" not in regression.message and regression.figures["autotune_changes"] == []
+
+
 def test_history_timed_with_the_old_windows_is_not_compared_with_the_new():
     """Windows that synchronized the device before their end event (records written before window_end
     existed) read 1-5% slow: a kernel 8% slower than such a history is judged only against history
