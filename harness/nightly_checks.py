@@ -26,7 +26,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from harness.records import EvaluationRecord, PromotionRecord, Status, Timing, autotune_key_text, config_parts
+from harness.records import EvaluationRecord, PromotionRecord, Status, Timing, autotune_changes
 from harness.regression import Thresholds, compare_to_history
 
 FINDING_KINDS = ("failure", "regression", "promotion", "withdrawal", "faster", "drift")
@@ -85,23 +85,6 @@ def history_records(
             and (r.candidate_hash in candidate_hashes if candidate_hashes else
                  r.implementation == implementation)]  # fmt: skip
     return sorted(rows, key=lambda r: r.created_utc)
-
-
-def autotune_changes(now: EvaluationRecord, before: EvaluationRecord) -> list[str]:
-    """Every autotuning key both records' benchmark children tuned whose pick differs, as
-    "`kernel` (key): name old -> new, ...". A record holds its child's picks for every key it tuned, so a
-    change listed on one shape may be another shape's key: the key's values tell which."""
-    out = []
-    for kernel, choices in now.autotuned.items():
-        earlier = before.autotuned.get(kernel, {})
-        for key, config in choices.items():
-            if key not in earlier or earlier[key] == config:
-                continue
-            old, new = (dict(part.partition(": ")[::2] for part in config_parts(c)) for c in (earlier[key], config))
-            moved = [f"{name} {old.get(name, '-')} -> {new.get(name, '-')}"
-                     for name in dict.fromkeys([*old, *new]) if old.get(name) != new.get(name)]  # fmt: skip
-            out.append(f"`{kernel}` ({autotune_key_text(key)}): {', '.join(moved)}")
-    return sorted(out)
 
 
 def _worst(rows: Sequence[EvaluationRecord]) -> str:

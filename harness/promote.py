@@ -63,6 +63,7 @@ from harness.records import (
     EvaluationRecord,
     PromotionRecord,
     Status,
+    autotune_changes,
     read,
     task_results_dir,
 )
@@ -225,6 +226,14 @@ def same_run_comparisons(challenger: Sequence[EvaluationRecord], incumbent: Sequ
             for r in challenger if r.timing is not None and r.shape_label in theirs}  # fmt: skip
 
 
+def picks_note(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord], shape: str) -> str:
+    """A clause for a reason: where kernels of the same name in both (a child of the kernel in force) took other
+    configs in their benchmark children (records.autotune_changes of their records on `shape`), which; else ""."""
+    mine, theirs = (next((r for r in rows if r.shape_label == shape), None) for rows in (challenger, incumbent))
+    picks = autotune_changes(mine, theirs) if mine is not None and theirs is not None else []
+    return f" (their autotuners picked differently, promoted -> challenger: {'; '.join(picks)})" if picks else ""
+
+
 def _why_not_replace(challenger: Sequence[EvaluationRecord], incumbent: Sequence[EvaluationRecord], incumbent_name: str,
                      max_regression_pct: float, tie_allowed: bool = False) -> str | None:  # fmt: skip
     """Why `challenger` may not replace the kernel in force (same run; None: it may): a shape slower
@@ -232,9 +241,10 @@ def _why_not_replace(challenger: Sequence[EvaluationRecord], incumbent: Sequence
     compared = same_run_comparisons(challenger, incumbent, max_regression_pct)
     if not compared:
         return f"no shape was timed for both it and the promoted {incumbent_name}"
-    slower = [f"{shape}: {c.reason}" for shape, c in compared.items() if c.verdict == "regression"]
+    slower = [shape for shape, c in compared.items() if c.verdict == "regression"]
     if slower:
-        return f"slower than the promoted {incumbent_name} on {'; '.join(slower)}"
+        why = f"slower than the promoted {incumbent_name} on {'; '.join(f'{s}: {compared[s].reason}' for s in slower)}"
+        return why + picks_note(challenger, incumbent, slower[0])
     if tie_allowed or any(c.verdict == "faster" for c in compared.values()):
         return None
     best_shape, best = min(compared.items(), key=lambda item: item[1].change_pct)

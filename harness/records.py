@@ -112,6 +112,23 @@ def config_parts(config: str) -> list[str]:
     return [part for part in config.split(", ") if part not in _CONFIG_DEFAULTS]
 
 
+def autotune_changes(now: EvaluationRecord, before: EvaluationRecord) -> list[str]:
+    """Every autotuning key of a kernel (by name) both records' benchmark children tuned whose pick differs, as
+    "`kernel` (key): name old -> new, ...", old being `before`'s. A record holds its child's picks for every key
+    it tuned, so a change listed on one shape may be another shape's key: the key's values tell which."""
+    out = []
+    for kernel, choices in now.autotuned.items():
+        earlier = before.autotuned.get(kernel, {})
+        for key, config in choices.items():
+            if key not in earlier or earlier[key] == config:
+                continue
+            old, new = (dict(part.partition(": ")[::2] for part in config_parts(c)) for c in (earlier[key], config))
+            moved = [f"{name} {old.get(name, '-')} -> {new.get(name, '-')}"
+                     for name in dict.fromkeys([*old, *new]) if old.get(name) != new.get(name)]  # fmt: skip
+            out.append(f"`{kernel}` ({autotune_key_text(key)}): {', '.join(moved)}")
+    return sorted(out)
+
+
 def _require(ok: bool, message: str) -> None:
     if not ok:
         raise ValueError(message)

@@ -117,7 +117,8 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
     if slower:
         shape, cmp = next(iter(slower.items()))
         more = f" (and {len(slower) - 1} more shape(s))" if len(slower) > 1 else ""
-        why = f"regresses the promoted `{promoted.candidate}` it replaces on `{shape}`: {cmp.reason}{more}"
+        picks = promote.picks_note(rows, [r for r in records if r.implementation == promoted_name], shape)
+        why = f"regresses the promoted `{promoted.candidate}` it replaces on `{shape}`: {cmp.reason}{more}{picks}"
         return Verdict(c.path, why, gate_ok=False, against_promoted=against)
     if all(r.timing is None for r in rows):
         skipped = rows[0].timing_skipped or "no timing"

@@ -161,6 +161,20 @@ def test_verdicts_promote_the_best_reject_what_fails_the_gate_and_say_why_the_re
     assert r.gate.line == f"review: FAIL: {r.gate.reasons[0]} (and 2 more, see the report)"
 
 
+def test_an_edit_slower_than_the_promoted_version_says_where_their_autotuners_picked_differently():
+    key = "(5120, 1, 'torch.bfloat16')"
+    picks = {"row_per_program": "BLOCK: 256, num_warps: 8", "row_per_program@promoted": "BLOCK: 256, num_warps: 4"}
+    records = [EvaluationRecord(**{**r.__dict__, "autotuned": {"_row_kernel": {key: picks[r.implementation]}}})
+               if r.implementation in picks else r for r in fixed_records()]  # fmt: skip
+    verdicts, _ = review.judge(fixed_changes(), records, PROMOTED, "row_per_program@promoted", SHAPES)
+    edited = verdicts["candidate_kernels/fuse_norm/row_per_program.py"]
+    assert edited.action == "reject" and edited.reason.startswith("regresses the promoted `row_per_program`")
+    assert edited.reason.endswith(
+        "(their autotuners picked differently, promoted -> challenger: `_row_kernel` (5120, 1): num_warps 4 -> 8)"
+    )
+    assert "autotuners" not in fixed_review().tasks[0].verdicts["candidate_kernels/fuse_norm/row_per_program.py"].reason
+
+
 def test_a_verdict_rejects_exactly_what_fails_the_gate():
     from harness.report import Verdict
 

@@ -349,6 +349,29 @@ def test_the_promotion_in_force_changes_only_when_it_was_compared():
     assert record.action == "promote" and record.candidate == "challenger"
 
 
+def test_a_challenger_slower_than_the_promoted_kernel_is_told_where_their_autotuners_picked_differently():
+    def tuned(mixed: int) -> dict[str, dict[str, str]]:
+        configs = {1: "MIXED: 6", 16384: f"MIXED: {mixed}"}
+        return {"_fuse_norm_kernel": {f"(5120, {rows}, 'torch.bfloat16')": f"{c}, num_warps: 4, num_ctas: 1"
+                                      for rows, c in configs.items()}}  # fmt: skip
+
+    def child_rows(**changes) -> list[EvaluationRecord]:  # the best geomean, but slower at T=16384
+        return [_rec("child", s, p50, BASE, **changes) for s, p50 in (("T=1", 1.0), ("T=16384", 3.5))]
+
+    current = _promotion("incumbent")
+    incumbent = [_rec("incumbent", s, 3.0, BASE, autotuned=tuned(0)) for s in SHAPES]
+    child = child_rows(autotuned=tuned(6))
+    record, _, reason = promote.decide(incumbent + child, SHAPES, current, ENV)
+    assert record is None and "slower than the promoted incumbent on T=16384: " in reason
+    assert reason.endswith("(their autotuners picked differently, promoted -> challenger: "
+                           "`_fuse_norm_kernel` (5120, 16384): MIXED 0 -> 6)")  # fmt: skip
+    # the same picks, or kernels of other names: nothing said of them
+    renamed = {"_other_kernel": tuned(6)["_fuse_norm_kernel"]}
+    for rows in (child_rows(autotuned=tuned(0)), child_rows(autotuned=renamed)):
+        _, _, reason = promote.decide(incumbent + rows, SHAPES, current, ENV)
+        assert "slower than the promoted incumbent on T=16384" in reason and "autotuners" not in reason
+
+
 def test_a_better_geomean_does_not_buy_a_shape_slower_than_the_promoted_kernel():
     current = _promotion("incumbent")
     incumbent = [_rec("incumbent", s, 3.0, BASE) for s in SHAPES]
