@@ -18,7 +18,8 @@ Modes:
   bench   (GPU) warm the baselines (reference, torch.compile of it, library kernels; their outputs
           are saved for parity when the child is the trusted baseline child), then import the
           candidate if any, measure the roofline ceilings and time everything interleaved
-          (harness/bench.py); finally re-check the watched functions.
+          (harness/bench.py), noting which autotuning keys the candidate's calls read at each shape
+          (KeyLog); finally re-check the watched functions and report the autotuners' picks.
 
 Cheat checks around every candidate call (names as recorded):
   non_tensor_output         an output that is not exactly a torch.Tensor (a subclass, a list, ...)
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import functools
 import hashlib
 import importlib.util
 import json
@@ -340,6 +342,52 @@ class LaunchLog:
         return (shape, seed) in self.completed and kernel not in self.launched.get((shape, seed), set())
 
 
+class _NotingCache(dict):
+    """An autotuner's cache (key -> config) that tells `note` every key read from it."""
+
+    def __init__(self, entries: dict, note: Callable[[Any], None]):
+        super().__init__(entries)
+        self._note = note
+
+    def __getitem__(self, key):
+        self._note(key)
+        return super().__getitem__(key)
+
+
+class KeyLog:
+    """Which autotuning keys each of the candidate's Triton autotuners read while a shape was timed in its benchmark
+    child: its picks at that shape (a record holds those, not every key the child tuned). triton 3.6's
+    Autotuner.run reads `self.cache[key]` for the config of each launch; each cache becomes a _NotingCache."""
+
+    def __init__(self, autotuners: dict[str, Any]):
+        self.shape: str | None = None  # the shape being timed (`timing`)
+        self._autotuners = autotuners
+        self._read: dict[str, dict[str, list]] = {}  # shape -> kernel -> keys, in first-read order
+        for name, tuner in autotuners.items():
+            tuner.cache = _NotingCache(tuner.cache, functools.partial(self._note, name))
+
+    def _note(self, kernel: str, key: Any) -> None:
+        if self.shape is not None:
+            keys = self._read.setdefault(self.shape, {}).setdefault(kernel, [])
+            if key not in keys:
+                keys.append(key)
+
+    @contextlib.contextmanager
+    def timing(self, shape: str):
+        self.shape = shape
+        try:
+            yield
+        finally:
+            self.shape = None
+
+    def picks(self) -> dict[str, dict[str, dict[str, str]]]:
+        """{shape: {kernel: {key: config}}}, as autotuned_choices writes them, for the keys read at each shape."""
+        return {shape: {kernel: {repr(key): str(dict.__getitem__(self._autotuners[kernel].cache, key))
+                                 for key in keys}
+                        for kernel, keys in kernels.items()}
+                for shape, kernels in self._read.items()}  # fmt: skip
+
+
 def parity_loop(
     torch, request, task, fn, impl, report, monitor, guard, keep_alive, watch_fallback, trusted=False,
     launches: LaunchLog | None = None,
@@ -385,10 +433,12 @@ def parity_loop(
                         **file_info)  # fmt: skip
 
 
-def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | None = None) -> None:
+def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | None = None,
+               keys: KeyLog | None = None) -> None:  # fmt: skip
     """Ceilings, then every shape timed with every implementation interleaved (harness/bench.py),
     but those in skip[shape] (they failed to warm up on that shape); then what one call of each that was
-    timed puts on the GPU (bench.launches_per_call)."""
+    timed puts on the GPU (bench.launches_per_call). `keys`, if given, notes the autotuning keys read at
+    each shape."""
     from harness import bench
 
     settings = bench.BenchSettings(**request["bench"])
@@ -398,13 +448,14 @@ def bench_loop(torch, request, task, impls, report, skip: dict[str, set[str]] | 
     for shape_label in request["shapes"]:
         shape = task.shape(shape_label, torch.device("cuda"))
         timed = {name: fn for name, fn in impls.items() if name not in (skip or {}).get(shape_label, ())}
-        results = bench.time_shape(task, shape, timed, settings, request["bench_seed"], flush)
-        report.emit("timing", shape=shape_label, results={
-            name: r if isinstance(r, str) else r.__dict__ for name, r in results.items()
-        })  # fmt: skip
-        report.emit("launches", shape=shape_label, results=_launches(torch, task, shape, request["bench_seed"], {
-            name: fn for name, fn in timed.items() if not isinstance(results.get(name), str)
-        }))  # fmt: skip
+        with keys.timing(shape_label) if keys else contextlib.nullcontext():
+            results = bench.time_shape(task, shape, timed, settings, request["bench_seed"], flush)
+            report.emit("timing", shape=shape_label, results={
+                name: r if isinstance(r, str) else r.__dict__ for name, r in results.items()
+            })  # fmt: skip
+            report.emit("launches", shape=shape_label, results=_launches(torch, task, shape, request["bench_seed"], {
+                name: fn for name, fn in timed.items() if not isinstance(results.get(name), str)
+            }))  # fmt: skip
 
 
 def _launches(torch, task, shape, seed: int, impls: dict[str, Any]) -> dict[str, Any]:
@@ -796,10 +847,12 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     elif mode == "configs":  # imported without the interpreter: the configs a GPU autotuner may choose
         report.emit("configs", kernels=autotuned_configs(sys.modules[launcher.__module__]))
     else:
-        bench_loop(torch, request, task, {"candidate": launcher, **impls}, report, skip)
-        triggers = early_launch_triggers(sys.modules[launcher.__module__])
+        module = sys.modules[launcher.__module__]
+        keys = KeyLog(_autotuners(module))
+        bench_loop(torch, request, task, {"candidate": launcher, **impls}, report, skip, keys)
+        triggers = early_launch_triggers(module)
         report.emit("bench_checks", cheats=changed_identities(guard, task_module) + triggers)
-        report.emit("autotuned", kernels=autotuned_choices(sys.modules[launcher.__module__]))
+        report.emit("autotuned", kernels=autotuned_choices(module), by_shape=keys.picks())
     report.emit("done", violations=list(monitor.violations))
 
 

@@ -114,8 +114,9 @@ def config_parts(config: str) -> list[str]:
 
 def autotune_changes(now: EvaluationRecord, before: EvaluationRecord) -> list[str]:
     """Every autotuning key of a kernel (by name) both records' benchmark children tuned whose pick differs, as
-    "`kernel` (key): name old -> new, ...", old being `before`'s. A record holds its child's picks for every key
-    it tuned, so a change listed on one shape may be another shape's key: the key's values tell which."""
+    "`kernel` (key): name old -> new, ...", old being `before`'s. A record before the fortieth session holds its
+    child's picks for every key it tuned, so a change listed on its shape may be another shape's key: the key's
+    values tell which."""
     out = []
     for kernel, choices in now.autotuned.items():
         earlier = before.autotuned.get(kernel, {})
@@ -232,7 +233,8 @@ class EvaluationRecord:
     gemm_tflops: float | None = None
     child_wall_s: float | None = None
     # Triton autotuners of the candidate -> {autotuning key: chosen config}, as its benchmark child
-    # (alone on the GPU) chose them; the configs that were timed above.
+    # (alone on the GPU) chose them; the configs that were timed above. From the fortieth session on, only the
+    # keys its calls at this shape read (harness/child.py KeyLog); before, every key the child tuned.
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)
     # What one call puts on the GPU, by kind ({"kernel": 1}, {"kernel": 9, "memset": 1}): the nodes of a CUDA graph
     # of one call, counted in the same child after timing (harness/bench.py launches_per_call). None before the

@@ -223,6 +223,8 @@ class _Unit:
     baseline_notes: dict[str, str] = field(default_factory=dict)  # baseline -> why it has no timing
     shape_notes: dict[str, dict[str, str]] = field(default_factory=dict)  # shape -> the same, for that shape
     autotuned: dict[str, dict[str, str]] = field(default_factory=dict)  # its bench child's autotuning choices
+    # shape -> the choices its calls at that shape read (child.KeyLog); a shape missing: the child's, all of them
+    autotuned_at: dict[str, dict[str, dict[str, str]]] = field(default_factory=dict)
     bench_skipped: str | None = None  # why its benchmark child never ran (the run's budget)
     seeds: tuple[int, ...] | None = None  # the seeds its child ran (None: the run's)
     forced: list[str] = field(default_factory=list)  # the configs forced in its parity child, described
@@ -535,7 +537,7 @@ class _Evaluation:
             elif kind == "import_error":
                 overriding = (Status(e["status"]), f"in the benchmark child: {e['message']}")
             elif kind == "autotuned":
-                unit.autotuned = e["kernels"]
+                unit.autotuned, unit.autotuned_at = e["kernels"], e.get("by_shape") or {}
             elif kind == "child_error":
                 unit.baseline_notes["benchmark child"] = e["message"]
         if unit.violations:
@@ -697,7 +699,7 @@ class _Evaluation:
             copy_floor_fraction=copy_floor / timing.p50_us if copy_floor and timing else None,
             copy_gbps=unit.roofline.get("copy_gbps"), gemm_tflops=unit.roofline.get("gemm_tflops"),
             child_wall_s=unit.wall_s, log_tail=_log_tail(unit, status), baseline_notes=notes,
-            autotuned=unit.autotuned if timing is not None else {},
+            autotuned=unit.autotuned_at.get(shape.label, unit.autotuned) if timing is not None else {},
             launches=counted if isinstance(counted, dict) else None,
             launches_note=counted if isinstance(counted, str) else None,
             configs_checked=checked if status is Status.PASSED else 0,  # all of them passed

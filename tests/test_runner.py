@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import types
 from pathlib import Path
 
 import pytest
@@ -964,10 +965,12 @@ def test_a_time_somewhat_below_the_copy_floor_is_plausible_far_below_it_is_suspi
 
 
 # ---- the GPU records path, from a benchmark child's report (no GPU needed to build the records) ------
-def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str, dict[str, dict]], launches=None):
+def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str, dict[str, dict]], launches=None,
+                                 autotuned: dict | None = None):  # fmt: skip
     """fuse_norm records of the fixture candidate, built from a benchmark child's report whose timing events
     carry `timings[label]` (implementation -> Timing fields), and its launches events `launches[label]` where
-    given (implementation -> counts by kind, or why not counted), everything passing parity."""
+    given (implementation -> counts by kind, or why not counted), and the autotuned event `autotuned` where
+    given, everything passing parity."""
     from harness import candidates, runner
     from tasks import get_task
 
@@ -982,6 +985,7 @@ def _records_from_a_bench_report(tmp_path, labels: list[str], timings: dict[str,
             {"event": "roofline", "copy_gbps": 4275.0, "gemm_tflops": None},
             *({"event": "timing", "shape": label, "results": timings[label]} for label in labels),
             *({"event": "launches", "shape": label, "results": counts} for label, counts in (launches or {}).items()),
+            *([{"event": "autotuned", **autotuned}] if autotuned else []),
             {"event": "done", "violations": []},
         ]  # fmt: skip
         for label in labels:
@@ -1160,6 +1164,47 @@ def test_gpu_run_times_a_real_candidate_against_every_baseline(tmp_path):
         assert reference is not None and reference.get("kernel", 0) > 3, reference
         assert compiled.launches is not None and compiled.launches.get("kernel", 0) >= 1, compiled.launches
     assert result.run.device == "cuda"
+
+
+def test_the_bench_child_notes_the_autotuning_keys_each_shape_reads_and_each_record_holds_its_own(tmp_path):
+    """child.KeyLog on a real Triton autotuner (its launches stubbed: no GPU), then the runner: each record holds
+    the picks its shape's calls read; a shape that read none (or a child before KeyLog) holds all of them."""
+    import torch
+    import triton
+    import triton.language as tl
+
+    from harness.child import KeyLog, autotuned_choices
+
+    @triton.jit
+    def _rows_kernel(x_ptr, n, BLOCK: tl.constexpr):
+        pass
+
+    tuner = triton.autotune([triton.Config({"BLOCK": 16}), triton.Config({"BLOCK": 32})], key=["n"])(_rows_kernel)
+    small, large = tuner.configs
+    tuner.cache.update({(8, "torch.float32"): small, (1024, "torch.float32"): large})  # tuned already
+    launched = []
+    tuner.fn = types.SimpleNamespace(run=lambda *args, **kw: launched.append(kw["BLOCK"]))
+    keys = KeyLog({"_rows_kernel": tuner})
+    x = torch.zeros(4)
+    with keys.timing("T=8"):
+        tuner.run(x, 8, grid=(1,))
+        tuner.run(x, 8, grid=(1,))
+    with keys.timing("T=1000"):
+        tuner.run(x, 1024, grid=(1,))
+    tuner.run(x, 1024, grid=(1,))  # outside any shape's timing: not noted
+    assert launched == [16, 16, 32, 32]  # the autotuner ran as before
+    picks = keys.picks()
+    assert picks == {"T=8": {"_rows_kernel": {"(8, 'torch.float32')": str(small)}},
+                     "T=1000": {"_rows_kernel": {"(1024, 'torch.float32')": str(large)}}}  # fmt: skip
+    every = autotuned_choices(types.SimpleNamespace(_rows_kernel=tuner))
+    assert every == {"_rows_kernel": {**picks["T=8"]["_rows_kernel"], **picks["T=1000"]["_rows_kernel"]}}
+    timing = _timed("cuda_graph", reference=10.0, torch_compile=6.0, candidate=3.0)
+    report = {"kernels": every, "by_shape": {"T=8": picks["T=8"]}}
+    _, _, (t1, t8) = _records_from_a_bench_report(tmp_path, ["T=1", "T=8"], {"T=1": timing, "T=8": timing},
+                                                   autotuned=report)  # fmt: skip
+    assert t8.autotuned == picks["T=8"] and t1.autotuned == every
+    _, _, (old,) = _records_from_a_bench_report(tmp_path, ["T=8"], {"T=8": timing}, autotuned={"kernels": every})
+    assert old.autotuned == every
 
 
 @pytest.mark.gpu
