@@ -362,15 +362,13 @@ class KeyLog:
     def __init__(self, autotuners: dict[str, Any]):
         self.shape: str | None = None  # the shape being timed (`timing`)
         self._autotuners = autotuners
-        self._read: dict[str, dict[str, list]] = {}  # shape -> kernel -> keys, in first-read order
+        self._read: dict[str, dict[str, dict]] = {}  # shape -> kernel -> keys (dict keys: first-read order)
         for name, tuner in autotuners.items():
             tuner.cache = _NotingCache(tuner.cache, functools.partial(self._note, name))
 
     def _note(self, kernel: str, key: Any) -> None:
         if self.shape is not None:
-            keys = self._read.setdefault(self.shape, {}).setdefault(kernel, [])
-            if key not in keys:
-                keys.append(key)
+            self._read.setdefault(self.shape, {}).setdefault(kernel, {})[key] = None
 
     @contextlib.contextmanager
     def timing(self, shape: str):
@@ -381,9 +379,9 @@ class KeyLog:
             self.shape = None
 
     def picks(self) -> dict[str, dict[str, dict[str, str]]]:
-        """{shape: {kernel: {key: config}}}, as autotuned_choices writes them, for the keys read at each shape."""
-        return {shape: {kernel: {repr(key): str(dict.__getitem__(self._autotuners[kernel].cache, key))
-                                 for key in keys}
+        """{shape: {kernel: {key: config}}}, as autotuned_choices writes them, for the keys read at each shape
+        (called outside any shape's timing: its own reads are not noted)."""
+        return {shape: {kernel: {repr(key): str(self._autotuners[kernel].cache[key]) for key in keys}
                         for kernel, keys in kernels.items()}
                 for shape, kernels in self._read.items()}  # fmt: skip
 

@@ -107,6 +107,7 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
     if problem:
         return Verdict(c.path, problem, gate_ok=False)
     against: dict[str, Any] = {}
+    old: list = []  # the promoted version's records, where it ran beside this edit of it
     if _replaces_promoted(c, promoted) and promoted_name and promoted_name != c.candidate:
         old = [r for r in records if r.implementation == promoted_name]
         against = promote.same_run_comparisons(rows, old, max_regression_pct)
@@ -117,7 +118,7 @@ def _verdict(c, records, promoted, promoted_name, decision, by_hash, decide_reas
     if slower:
         shape, cmp = next(iter(slower.items()))
         more = f" (and {len(slower) - 1} more shape(s))" if len(slower) > 1 else ""
-        picks = promote.picks_note(rows, [r for r in records if r.implementation == promoted_name], shape)
+        picks = promote.picks_note(rows, old, shape)
         why = f"regresses the promoted `{promoted.candidate}` it replaces on `{shape}`: {cmp.reason}{more}{picks}"
         return Verdict(c.path, why, gate_ok=False, against_promoted=against)
     if all(r.timing is None for r in rows):
