@@ -8,7 +8,10 @@ a record without that baseline's timing has no standing on the goal. A goal is m
 p50 <= bar: the p50 alone, as issue 4 states its goals, not the noise band promotion uses; and,
 where the goal has `max_launches`, when the record's count of GPU operations per call (its
 `launches`) is at most that. A record without the count (timed before it was counted, or a call
-that could not be captured) keeps its time in the cell and meets no such goal.
+that could not be captured) keeps its time in the cell and meets no such goal. A goal set on one GPU
+(`Goal.gpu`: issue 4's bars in microseconds are the H200's) is judged on that GPU's records alone: a
+newer record from another GPU does not replace the newest one from it, and in one run's table another
+GPU's time stands beside the goal as not judged.
 
 Who reads it: `harness results` and an agent's task statement (the promoted kernel's newest record
 and the best newest record of any candidate, per goal and shape); the end of a `harness run` on a
@@ -92,12 +95,20 @@ def timed_on_gpu(records: Iterable[EvaluationRecord]) -> list[EvaluationRecord]:
             and r.status is Status.PASSED and r.timing is not None and not r.suspicious]  # fmt: skip
 
 
+def device_name(record: EvaluationRecord) -> str:
+    """The GPU a record ran on, as its environment names it ('' where it does not)."""
+    return str(record.environment.get("device", ""))
+
+
 def standing(
     goal: Goal, record: EvaluationRecord, run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None
 ) -> Standing | None:
     """`record` against `goal`, a baseline's bar taken as promotion takes it (promote.bars, from `run_showings`
-    of the record's run); None when that baseline was not timed beside it."""
+    of the record's run); None when that baseline was not timed beside it, or when the record ran on another
+    GPU than the goal was set on."""
     assert record.timing is not None
+    if not goal.judges_on(device_name(record)):
+        return None
     if goal.max_us is not None:
         bar = goal.max_us
     else:
@@ -130,10 +141,10 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[s
     its newest record among them is the in-force standing."""
     records = list(records)
     by_run = promote.showings_by_run(records)
-    timed = timed_on_gpu(records)
-    newest = _newest_per_candidate(timed)
     rows = []
     for goal in task.goals:
+        timed = [r for r in timed_on_gpu(records) if goal.judges_on(device_name(r))]
+        newest = _newest_per_candidate(timed)
         for shape in task.goal_shapes(goal):
             here = [r for (_, label), r in newest.items() if label == shape]
             ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force]
@@ -151,7 +162,7 @@ def _status(row: GoalShape, promoted: bool) -> str:
     if row.best is not None and row.best.met:
         return f"met by {row.best.implementation} only ({'not in force' if promoted else 'none promoted'})"
     if row.best is None:
-        return "not measured on a GPU"
+        return f"not measured on the {row.goal.gpu}" if row.goal.gpu else "not measured on a GPU"
     ours = row.in_force
     if ours is not None and ours.fast_enough and ours.max_launches is not None and ours.launches is None:
         return "time met, launches not counted"
@@ -163,7 +174,8 @@ def goals_table(task: Task, records: Iterable[EvaluationRecord], in_force: Seque
     if not task.goals:
         return f"Goals: none declared for {task.name} (tasks/{task.name}.py)."
     rows = [
-        {"shape": r.shape, "goal": r.goal.bar, "set by": r.goal.source or "-",
+        {"shape": r.shape, "goal": r.goal.bar,
+         "set by": f"{r.goal.source or '-'}{f' ({r.goal.gpu})' if r.goal.gpu else ''}",
          "promoted (newest)": f"{r.in_force.cell()} [{r.in_force.run_id}]" if r.in_force else "-",
          "best candidate (newest each)": (f"{r.best.implementation} {r.best.cell()} [{r.best.run_id}]"
                                           if r.best else "-"),
@@ -177,7 +189,8 @@ def goals_table(task: Task, records: Iterable[EvaluationRecord], in_force: Seque
 
 def side_by_side(task: Task, records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
     """One run's candidates against every goal of `task`, as JSON rows: {"shape", "goal", "cells", "met"},
-    where `cells` and `met` map each timed candidate to its cell text and verdict (None: no standing there)."""
+    where `cells` and `met` map each timed candidate to its cell text and verdict (None: no standing there;
+    a time from another GPU than the goal's is shown, marked not judged)."""
     records = list(records)
     run_showings = promote.showings(records)
     timed = timed_on_gpu(records)
@@ -188,10 +201,18 @@ def side_by_side(task: Task, records: Iterable[EvaluationRecord]) -> list[dict[s
         for shape in task.goal_shapes(goal):
             here = {name: standing(goal, by_key[(name, shape)], run_showings) if (name, shape) in by_key else None
                     for name in names}  # fmt: skip
-            rows.append({"shape": shape, "goal": goal.bar,
-                         "cells": {n: s.cell() if s else "-" for n, s in here.items()},
+            cells = {n: s.cell() if s else _unjudged(goal, by_key.get((n, shape))) for n, s in here.items()}
+            rows.append({"shape": shape, "goal": goal.bar, "cells": cells,
                          "met": {n: s.met if s else None for n, s in here.items()}})  # fmt: skip
     return rows
+
+
+def _unjudged(goal: Goal, record: EvaluationRecord | None) -> str:
+    """The cell of a timed record without a standing: its time, where it ran on another GPU than the goal's."""
+    if record is None or goal.judges_on(device_name(record)):
+        return "-"
+    assert record.timing is not None
+    return f"{record.timing.p50_us:.2f} us, not judged (goal set on the {goal.gpu})"
 
 
 def run_goals_table(task: Task, records: Iterable[EvaluationRecord]) -> str | None:

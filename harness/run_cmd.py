@@ -262,12 +262,17 @@ def format_results(task: str, results_dir, last: int) -> str:
         lines.append("No runs recorded yet: `harness run task=" + task + "`.")
     if runs:
         table = pd.DataFrame(
-            [{"run": r.run_id, "when (UTC)": r.created_utc, "device": r.device, "wall s": f"{r.wall_s:.1f}",
+            [{"run": r.run_id, "when (UTC)": r.created_utc, "device": r.environment.get("device") or r.device,
+              "wall s": f"{r.wall_s:.1f}",
               "candidates": len(r.candidates), "statuses": ", ".join(f"{k}={v}" for k, v in r.statuses.items()),
               "promoted": (r.promoted or "")[:12]} for r in runs[-last:]]
         )  # fmt: skip
         lines += [f"\nLast {min(last, len(runs))} of {len(runs)} runs:", table.to_string(index=False)]
     if not frame.empty:
+        # newest per GPU model: an H100 run's records stand beside the H200's, not in their place
+        if "environment.device" in frame.columns:
+            named = frame["environment.device"].notna() & (frame["device"] == "cuda")
+            frame = frame.assign(device=frame["environment.device"].where(named, frame["device"]))
         latest = frame.sort_values("created_utc").groupby(["implementation", "shape_label", "device"]).tail(1)
 
         def column(name: str) -> pd.Series:  # empty where no record has the field

@@ -88,7 +88,7 @@ TASK = Task(
     description="post-norm + depth-scaled residual add + next pre-norm in one pass (BEAM.md §2, §6 #1)",
     baselines={"flashinfer_rmsnorm_x2": _flashinfer_two_rmsnorms},
     goals=(
-        Goal(max_us=2.3, shapes=("T=1",), source="issue 4"),
-        Goal(max_us=165.0, shapes=("T=16384",), source="issue 4"),
+        Goal(max_us=2.3, shapes=("T=1",), source="issue 4", gpu="H200"),
+        Goal(max_us=165.0, shapes=("T=16384",), source="issue 4", gpu="H200"),
     ),
 )

@@ -172,8 +172,8 @@ TASK = Task(
     description="grouped top-k MoE routing: sigmoid, bias, 4 of 8 groups, top-8, normalized weights (BEAM.md §4)",
     baselines={"flashinfer_fused_topk_deepseek": _flashinfer_fused_topk_deepseek},
     goals=(
-        Goal(max_us=4.0, shapes=("T=1",), max_launches=1, source="issue 4"),
-        Goal(max_us=5.0, shapes=("T=64",), max_launches=1, source="issue 4"),
-        Goal(max_us=40.0, shapes=("T=16384",), max_launches=1, source="issue 4"),
+        Goal(max_us=4.0, shapes=("T=1",), max_launches=1, source="issue 4", gpu="H200"),
+        Goal(max_us=5.0, shapes=("T=64",), max_launches=1, source="issue 4", gpu="H200"),
+        Goal(max_us=40.0, shapes=("T=16384",), max_launches=1, source="issue 4", gpu="H200"),
     ),
 )

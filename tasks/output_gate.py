@@ -65,6 +65,6 @@ TASK = Task(
     description="attention output gate o * sigmoid(g + b[h]) with a per-head bias (BEAM.md §3.6, §6 #2)",
     goals=(
         Goal(not_slower_than="torch_compile", source="issue 4"),
-        Goal(max_us=143.0, shapes=("T=16384",), source="issue 4"),
+        Goal(max_us=143.0, shapes=("T=16384",), source="issue 4", gpu="H200"),
     ),
 )

@@ -238,8 +238,8 @@ TASK = Task(
     description="per-head Q/K RMSNorm + RoPE (sliding) or SSMax (global) + K/V cache write (BEAM.md §3, §6 #2 #6)",
     baselines={"flashinfer_norm_rope": _flashinfer_norm_rope},
     goals=(
-        Goal(max_us=2.8, shapes=("sliding T=1", "global T=1"), max_launches=1, source="issue 4"),
-        Goal(max_us=140.0, shapes=("sliding T=16384",), max_launches=1, source="issue 4"),
-        Goal(max_us=135.0, shapes=("global T=16384",), max_launches=1, source="issue 4"),
+        Goal(max_us=2.8, shapes=("sliding T=1", "global T=1"), max_launches=1, source="issue 4", gpu="H200"),
+        Goal(max_us=140.0, shapes=("sliding T=16384",), max_launches=1, source="issue 4", gpu="H200"),
+        Goal(max_us=135.0, shapes=("global T=16384",), max_launches=1, source="issue 4", gpu="H200"),
     ),
 )

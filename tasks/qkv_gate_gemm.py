@@ -93,5 +93,5 @@ TASK = Task(
     cost=cost,
     description="packed q|k|v|gate projection, one BF16 GEMM 5120 -> 14336 (BEAM.md §3.1, §6 #5)",
     baselines={"four_linears": _four_linears},
-    goals=(Goal(max_us=35.5, shapes=("T=1", "T=8"), source="issue 4"),),
+    goals=(Goal(max_us=35.5, shapes=("T=1", "T=8"), source="issue 4", gpu="H200"),),
 )

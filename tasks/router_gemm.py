@@ -68,8 +68,8 @@ TASK = Task(
     cost=cost,
     description="FP32 MoE router GEMM x[T, 5120] @ W[256, 5120]^T, no TF32 (BEAM.md §4.1, §6 #4)",
     goals=(
-        Goal(max_us=3.0, shapes=("T=1",), source="issue 4"),
-        Goal(max_us=3.5, shapes=("T=8",), source="issue 4"),
-        Goal(max_us=6.0, shapes=("T=64",), source="issue 4"),
+        Goal(max_us=3.0, shapes=("T=1",), source="issue 4", gpu="H200"),
+        Goal(max_us=3.5, shapes=("T=8",), source="issue 4", gpu="H200"),
+        Goal(max_us=6.0, shapes=("T=64",), source="issue 4", gpu="H200"),
     ),
 )

@@ -79,6 +79,9 @@ class Goal:
     memcpys: the nodes of a CUDA graph of one call, harness/bench.py launches_per_call); issue 4's
     "one kernel" is 1. A record without that count meets no such goal.
     `source` says who set it (the issue), so that a reader can trace the number.
+    `gpu`: the GPU the bar was set on, as part of the device name a record's environment gives ("H200");
+    a time from another GPU (an H100's 236 us where the H200 takes 171) neither meets nor misses it.
+    None: any GPU's records judge it.
     Judged against the records by harness/goals.py; promotion does not read goals.
     """
 
@@ -87,6 +90,7 @@ class Goal:
     shapes: tuple[str, ...] = ()
     max_launches: int | None = None
     source: str = ""
+    gpu: str | None = None
 
     def __post_init__(self) -> None:
         if (self.max_us is None) == (self.not_slower_than is None):
@@ -105,6 +109,12 @@ class Goal:
         launches = self.max_launches
         if launches is not None and (isinstance(launches, bool) or not isinstance(launches, int) or launches < 1):
             raise ValueError(f"a goal's max_launches must be a whole number >= 1; got {launches!r}")
+        if self.gpu is not None and not (isinstance(self.gpu, str) and self.gpu.strip()):
+            raise ValueError(f"a goal's gpu must be part of a device name, such as 'H200', or None; got {self.gpu!r}")
+
+    def judges_on(self, device_name: str) -> bool:
+        """Whether a time measured on `device_name` (torch.cuda.get_device_name) stands against this goal."""
+        return self.gpu is None or self.gpu.lower() in device_name.lower()
 
     @property
     def bar(self) -> str:

@@ -193,7 +193,7 @@ def test_run_end_to_end_with_a_real_triton_candidate(tmp_path):
     run_id = json.loads((results / "fuse_norm" / "runs.jsonl").read_text())["run_id"]
     assert run_id in history.stdout and "Promoted: none" in history.stdout
     assert "row_per_program" in history.stdout and "tiny T=5" in history.stdout
-    assert "Goals (p50 in this run" not in out and "not measured on a GPU" in history.stdout  # goals judge GPU runs
+    assert "Goals (p50 in this run" not in out and "not measured on the H200" in history.stdout  # goals judge GPU runs
     overview = harness("results", f"results_dir={results}")  # no task: every task's promotion and goals
     assert overview.returncode == 0, overview.stderr
     assert "== fuse_norm ==" in overview.stdout and "== moe_route ==" in overview.stdout

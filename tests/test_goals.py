@@ -88,6 +88,32 @@ def test_only_the_newest_gpu_record_of_each_candidate_counts_and_the_promoted_on
     assert goals.assess(FUSE_NORM, records, in_force=[])[0].in_force is None
 
 
+def test_a_goal_set_on_the_h200_is_judged_on_h200_records_only():
+    """Issue 4's bars are the H200's: an H100 run's newer, slower record neither meets nor misses them, nor hides
+    the newest H200 record, in the history's table or in one run's side by side; a goal naming no GPU (output_gate's
+    not slower than the compile, timed beside each candidate) is judged on any."""
+    h100 = {"device": "NVIDIA H100 80GB HBM3"}
+    records = [
+        _record("promoted", "T=16384", 170.8, "03"),
+        _record("promoted", "T=16384", 236.6, "05", environment=h100, run_id="run-h100"),
+        _record("rival", "T=1", 2.23, "05", environment=h100, run_id="run-h100"),
+    ]
+    small, large = goals.assess(FUSE_NORM, records, in_force=[("promoted" * 8)])
+    assert large.in_force.p50_us == 170.8 and large.in_force.run_id == "run-03" and large.best.p50_us == 170.8
+    assert small.in_force is None and small.best is None
+    assert goals._status(small, promoted=True) == "not measured on the H200"
+    assert FUSE_NORM.goals[0].judges_on("NVIDIA H200") and not FUSE_NORM.goals[0].judges_on("NVIDIA H100 80GB HBM3")
+    on_h100 = goals.side_by_side(FUSE_NORM, records[1:])
+    assert on_h100[0]["cells"] == {"promoted": "-", "rival": "2.23 us, not judged (goal set on the H200)"}
+    assert on_h100[1]["cells"]["promoted"] == "236.60 us, not judged (goal set on the H200)"
+    assert {n: m for row in on_h100 for n, m in row["met"].items()} == {"promoted": None, "rival": None}
+    gate = _record("gate", "T=1", 1.00, "05", task="output_gate", environment=h100, **_compile_beside(1.20))
+    (relative,) = [r for r in goals.assess(OUTPUT_GATE, [gate], in_force=[]) if r.shape == "T=1"]
+    assert relative.goal.gpu is None and relative.best.met
+    with pytest.raises(ValueError, match="gpu must be part of a device name, such as 'H200', or None; got ' '"):
+        Goal(max_us=2.0, gpu=" ")
+
+
 def test_not_slower_than_compares_with_the_baseline_as_promotion_bars_it():
     records = [
         _record("gate", "T=1", 1.00, "02", task="output_gate", **_compile_beside(1.20)),
@@ -148,7 +174,7 @@ def test_the_results_table_says_met_missed_not_in_force_and_not_measured(tmp_pat
         append(folder / RECORDS_FILE, r)
     table = format_results("fuse_norm", tmp_path, 5)
     assert "Goals (0 of 2 met by the promoted kernel" in table
-    assert "met by rival only (none promoted)" in table and "not measured on a GPU" in table
+    assert "met by rival only (none promoted)" in table and "not measured on the H200" in table
     append(folder / PROMOTIONS_FILE, PromotionRecord(
         task="fuse_norm", action="promote", candidate="promoted", path="candidate_kernels/fuse_norm/promoted.py",
         content_hash="promoted" * 8, run_id="run-03", evidence=["x"], reason="planted", speedups={},
@@ -168,6 +194,20 @@ def test_the_results_table_says_met_missed_not_in_force_and_not_measured(tmp_pat
     assert header.split()[-1] == "launches"
     assert [row.split()[-1] for row in rows if row.split()[0] == "rival"] == ["-", "3"]
     assert [row.rsplit(maxsplit=2)[-2:] for row in rows if row.split()[0] == "syncs"] == [["not", "counted"]]
+
+
+def test_the_results_tables_keep_each_gpus_newest_record_and_name_the_gpu(tmp_path):
+    """An H100 run after the H200's: the runs table names each run's GPU, the latest-record table keeps the newest
+    record of each GPU (the H200's is not replaced by the H100's), and the goals take the H200's."""
+    folder = tmp_path / "fuse_norm"
+    append(folder / RECORDS_FILE, _record("rival", "T=16384", 170.0, "03"))
+    append(folder / RECORDS_FILE, _record("rival", "T=16384", 236.6, "05", environment={"device": "NVIDIA H100"}))
+    table = format_results("fuse_norm", tmp_path, 5)
+    latest = table.split("Latest record per implementation and shape:")[1].strip().splitlines()[1:]
+    assert sorted((row.split()[2:4], row.split()[5]) for row in latest) == [(["NVIDIA", "H100"], "236.6"),
+                                                                            (["NVIDIA", "H200"], "170.0")]  # fmt: skip
+    (goal,) = [line for line in table.splitlines() if line.strip().startswith("T=16384 p50")]
+    assert "rival 170.00 us, missed by 5.00 (3.0%) [run-03]" in goal
 
 
 def test_without_a_task_results_shows_every_tasks_promotion_and_goals(tmp_path):
