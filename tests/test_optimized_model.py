@@ -240,6 +240,36 @@ def test_a_changed_token_is_admissible_only_where_a_narrow_rerouting_was_observe
     assert not often.passed and f"rerouted at {DECODE_STEPS // 2 + 1} of {DECODE_STEPS} steps" in often.summary()
 
 
+def _routed_as(run: model_parity.GreedyRun, step: int, ids: list[int]) -> model_parity.GreedyRun:
+    """`run` with its first MoE layer at `step` choosing the experts `ids`."""
+    routes = [list(layers) for layers in run.step_routes]
+    routes[step][0] = torch.tensor([ids])
+    return dataclasses.replace(run, step_routes=routes)
+
+
+def test_one_expert_group_traded_for_another_is_one_selection_boundary(reference_run):
+    """beam-tiny's 16 experts form 4 groups of 4, 2 groups kept. The reference chose experts 0, 1, 2 (group 0) and
+    4 (group 1): the optimized run trading group 0 for group 2 (8, 9, 10) swaps 3 experts at one boundary, and is
+    admissible with one more swap beside it (5 for 4); 3 swapped into two groups (2 and 3) is no trade, and stays
+    too wide, as is any 3-expert swap where the verdict is not told the groups."""
+    step, per_group = 1, TINY.experts_per_group
+    assert per_group == 4
+    reference = _routed_as(reference_run, step, [0, 1, 2, 4])
+
+    def verdict(ids, groups=per_group):
+        return model_parity.compare(reference, _routed_as(reference, step, ids), strict=False, experts_per_group=groups)
+
+    traded = verdict([8, 9, 10, 4])
+    assert traded.passed and traded.reroutings == {step: {0: 3}} and traded.group_trades == {step: (0, 2)}
+    assert traded.untraded == {step: 0} and f"(step: (left, taken)) {{{step}: (0, 2)}}" in traded.summary()
+    beside = verdict([8, 9, 10, 5])
+    assert beside.passed and beside.untraded == {step: 1} and beside.group_trades == {step: (0, 2)}
+    for scattered in (verdict([8, 9, 12, 4]), verdict([8, 9, 10, 4], groups=None)):
+        assert not scattered.passed and scattered.group_trades == {}
+        assert "more than 2 experts swapped in the first rerouted layer at steps {1: {0: 3}}" in scattered.summary()
+    assert verdict([8, 9, 12, 4]).untraded == {step: 3}
+
+
 # ---- compiled pointwise ops -------------------------------------------------------------------------------
 AOT_EAGER = functools.partial(torch.compile, backend="aot_eager")  # dynamo's tracing, no code generation
 
@@ -464,7 +494,7 @@ def test_optimized_beam_slice_matches_the_reference_on_cuda(slice_model, choose)
     finally:
         optimized_model.set_ops(model, REFERENCE_OPS)
         optimized_model.set_packed(model, False)
-    verdict = model_parity.compare(reference, run, strict=False)
+    verdict = model_parity.compare(reference, run, strict=False, experts_per_group=cfg.experts_per_group)
     print(verdict.summary())
     assert verdict.passed, verdict.summary()
 
