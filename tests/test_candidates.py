@@ -380,34 +380,7 @@ def test_mixed_squares_gives_its_parents_bits_on_zero_tiny_infinite_and_nan_rows
     assert bool(want[1][1].isnan().all())  # the zero row at eps = 0: 0 * rsqrt(0); the junk would give 0
 
 
-# ---- fuse_norm children of loads_first that change only how its autotuner chooses --------------------------
-def _fuse_norm_gpu_configs(module, monkeypatch):
-    """The configs the file's autotuner weighs on a GPU (the interpreter's module builds one only)."""
-    monkeypatch.setattr(module, "_INTERPRET", False)
-    return module._configs()
-
-
-def test_ring_over_1024_weighs_ring_configs_only_above_1024_rows(monkeypatch):
-    """ring_over_1024 prunes every ring config up to 1024 rows and keeps loads_first's pruning above: all
-    ten configs at 2048 and 16384 rows with TMA allowed, the six plain ones at 1..1024 rows or without TMA."""
-    folder = REPO_ROOT / "candidate_kernels" / "fuse_norm"
-    module, parent = _load_module(folder / "ring_over_1024.py"), _load_module(folder / "loads_first.py")
-    configs = _fuse_norm_gpu_configs(module, monkeypatch)
-    assert [str(c) for c in configs] == [str(c) for c in _fuse_norm_gpu_configs(parent, monkeypatch)]
-    plain = [c for c in configs if not c.kwargs["RING"]]
-    assert len(plain) == 6 and len(configs) == 10
-
-    def kept(rows, tma_ok, prune=module._prune):
-        return prune(configs, {"rows_bucket": rows}, N_COLS=5120, TMA_OK=tma_ok)
-
-    for rows in (1, 4, 8, 64, 128, 1024):
-        assert kept(rows, True) == plain, rows
-        assert len(kept(rows, True, parent._prune)) == 10, rows  # the parent weighs the ring there
-    for rows in (2048, 16384):
-        assert kept(rows, True) == configs == kept(rows, True, parent._prune), rows
-        assert kept(rows, False) == plain, rows
-
-
+# ---- fuse_norm/replay_tuned: loads_first but for how its autotuner times a config ---------------------------
 def test_replay_tuned_times_up_to_1024_rows_as_graph_replays(monkeypatch):
     """replay_tuned's autotuner times a config with triton.testing.do_bench_cudagraph up to 1024 rows (loads_first:
     up to 64) and with Triton's default timer above, as the launcher sets the rows bucket being tuned."""

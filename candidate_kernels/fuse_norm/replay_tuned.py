@@ -13,7 +13,27 @@ programmatic dependent of the one before. A CUDA-graph replay of calls back to b
 (triton.testing.do_bench_cudagraph, what _time_config already used up to 64 rows) is the nearer of Triton's two
 timers. From 1025 rows on, the default stays (the ring's bucket, T = 16384, is settled by it).
 
-Measured: not yet on a GPU (written in the forty-first session before its GPU run).
+Measured on an H100 80GB HBM3 (forty-first session: every call asked for the H200 and got an H100;
+results/gpu_logs/2026-12-05-session41/). fuse_norm_tuning_sweep.py ranked loads_first's ten configs three ways at
+256, 1000, 2048 and 4096 rows, every output bit-exact with the others. On the H100 the plain folded 4-warp configs
+lead all three rankings and Triton's default timer took one of them in all 12 of its tunings, so the H200's ring
+picks did not recur. What the sweep does show is how far apart each timer puts the ring from the plain configs
+at T = 1000 (best of each, us):
+  harness timer (event windows, rotated inputs)  plain 13.28, ring 15.93 (+20%)
+  CUDA-graph replays (this file's timer)         plain 12.1,  ring 14.3-14.6 (+18-21%)
+  Triton's default (each call alone)             plain 20.0-20.2, ring 21.1-21.7 (+5-8%)
+and at T = 256 (harness +19%, graph +14-17%, default +7-11%): the default timer squeezes the gap to a few percent,
+about as wide as its run-to-run spread, which is how the H200's picks could swing to the ring. The graph timer
+keeps the harness's gap. Both rank the best plain configs within 2% of each other (MIXED = 0 and 6 swap places
+between them).
+In the harness (`harness run task=fuse_norm "candidates=[loads_first,replay_tuned,ring_over_1024]"
+bench.max_seconds=3`, run 20261205T162203-ce7d22 at 087b38d, on the H100) this file ran p50 T=1 2.23, T=3 2.63,
+T=8 2.82, T=64 3.78, T=1000 13.34, T=16384 236.87 us. loads_first ran 2.23 / 2.61 / 2.81 / 3.79 / 13.34 / 236.57
+beside it, with the same autotuned picks at every shape. ring_over_1024 (the same kernel, no ring configs up to
+1024 rows) ran T=1000 at 13.00. None was promoted (not faster than loads_first anywhere), and ring_over_1024 was
+removed afterwards: the harness timed the ring behind the plain configs at 2048 and 4096 rows too (33.87 against
+32.05, 68.05 against 61.83), so a fixed row bound has no measurement behind it. Not yet measured on the H200,
+where the question arose.
 
 Floor, goals, numerics and launch: loads_first.py's header, whose code this is (T=16384: 671 MB -> 157.0 us at
 4275 GB/s; goals T = 1 <= 2.3 us bit-exact, T = 16384 <= 165 us).
