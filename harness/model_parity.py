@@ -36,7 +36,7 @@ outputs) moves the decode logits by 1-2.5% normwise per step. Hence:
     scores), so a near tie between two groups' scores trades every expert chosen from one group for
     experts of the other: one boundary, several experts (seen on the H100, beam-slice: 3 experts of
     the first MoE layer at one step, in two different sets of promoted kernels alike). Given the
-    model's experts_per_group, the verdict names such trades (step: group left -> group taken)
+    model's experts_per_group, the verdict names such trades (step: (group left, group taken))
     and counts only the swaps outside them. A wrong router or routing op reroutes nearly every
     step, and swaps most of the experts, across several groups. Such steps are listed in the
     verdict, never hidden. (Seen on the H200, beam-slice at 100K context: 4-7 of 32 greedy tokens
@@ -210,7 +210,7 @@ class ParityVerdict:
                 if self.untraded.get(step, layers[min(layers)]) > MAX_SWAPPED}  # fmt: skip
         if wide:
             out.append(f"more than {MAX_SWAPPED} experts swapped in the first rerouted layer at steps {wide}"
-                       + (" beyond a traded group" if self.group_trades else ""))  # fmt: skip
+                       + (" (outside any one group traded for another)" if self.untraded else ""))  # fmt: skip
         for m in self.mismatches:
             if self.strict or not (m.near_tie or m.rerouted):
                 out.append(f"step {m.step}: greedy token {m.optimized}, reference {m.reference} "

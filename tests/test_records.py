@@ -106,7 +106,7 @@ def test_a_record_written_before_window_end_existed_reads_as_its_commit_timed_it
     assert skipped == [] and [r.timing.window_end for r in (old, early, new)] == ["device_sync", *["end_event"] * 2]
     table = format_results("fuse_norm", tmp_path, 5)
     rows = {line.split()[0]: line.split() for line in table.splitlines() if line.split()[:1] in (["old"], ["new"])}
-    assert "window end" in table and rows["old"][5] == "device_sync" and rows["new"][5] == "end_event", table
+    assert "window end" in table and rows["old"][-5] == "device_sync" and rows["new"][-5] == "end_event", table
     assert "window end device_sync: the device was synchronized inside each timed window" in table
 
 
