@@ -141,9 +141,10 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[s
     its newest record among them is the in-force standing."""
     records = list(records)
     by_run = promote.showings_by_run(records)
+    judged = timed_on_gpu(records)
     rows = []
     for goal in task.goals:
-        timed = [r for r in timed_on_gpu(records) if goal.judges_on(device_name(r))]
+        timed = [r for r in judged if goal.judges_on(device_name(r))]
         newest = _newest_per_candidate(timed)
         for shape in task.goal_shapes(goal):
             here = [r for (_, label), r in newest.items() if label == shape]
