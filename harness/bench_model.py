@@ -148,9 +148,11 @@ def make_plan(settings: BenchModelSettings) -> Plan:
 
 
 # ---- what the optimized model is made of ------------------------------------------------------------
-def choose_candidates(settings: BenchModelSettings) -> dict[str, CandidateChoice]:
+def choose_candidates(settings: BenchModelSettings, gpu: str | None = None) -> dict[str, CandidateChoice]:
+    """The candidates of the optimized model: those in force on `gpu` (None: no GPU), or the first file of each
+    task, then `ops=` overrides."""
     if settings.candidates == "promoted":
-        chosen = optimized_model.promoted_choices(settings.results_dir)
+        chosen = optimized_model.promoted_choices(settings.results_dir, gpu=gpu)
     else:
         present = optimized_model.present_candidates()
         chosen = optimized_model.explicit_choices({t: names[0] for t, names in present.items() if names})
@@ -404,7 +406,7 @@ def _release(device: torch.device) -> None:
 def build_runs(plan: Plan, model: Beam, echo: Callable[[str], None]) -> tuple[list, OptimizedOps, dict]:
     """(variant, ops, packed) for every variant, the full optimized ops, and the library paths."""
     cfg, s = model.cfg, plan.settings
-    choices = choose_candidates(s)
+    choices = choose_candidates(s, environment.gpu() if plan.on_gpu else None)
     library = library_paths.library_ops(plan.device, cfg) if s.libraries else {}
     changes = available_changes(choices, library, plan.on_gpu)
     runs = []

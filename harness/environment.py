@@ -93,3 +93,9 @@ def capture() -> Environment:
         git_commit=commit,
         git_dirty=dirty,
     )
+
+
+def gpu() -> str | None:
+    """This machine's GPU as records name it (`Environment.device`), None without one: the GPU whose
+    promotions are in force here (harness/promote.py `promoted`)."""
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None

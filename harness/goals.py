@@ -13,16 +13,18 @@ that could not be captured) keeps its time in the cell and meets no such goal. A
 newer record from another GPU does not replace the newest one from it, and in one run's table another
 GPU's time stands beside the goal as not judged.
 
-Who reads it: `harness results` and an agent's task statement (the promoted kernel's newest record
-and the best newest record of any candidate, per goal and shape); the end of a `harness run` on a
+Who reads it: `harness results` and an agent's task statement (the newest record of a kernel in force,
+each GPU's records judged by the kernel promoted on that GPU, and the best newest record of any
+candidate, per goal and shape); the end of a `harness run` on a
 GPU and each task's section of the nightly summary (that run's candidates side by side). Promotion
 never reads goals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
@@ -134,11 +136,21 @@ def _best(standings: Iterable[Standing]) -> Standing | None:
     return min(standings, key=lambda s: (not s.met, s.p50_us / s.bar_us, s.implementation), default=None)
 
 
-def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[str] = ()) -> list[GoalShape]:
+def in_force_on(task: str, records: Iterable[EvaluationRecord], results_dir: Path | str | None = None
+                ) -> dict[str, tuple[str, ...]]:  # fmt: skip
+    """GPU -> the content hashes of `task`'s promotion in force on it (promote.promoted, same_code_hashes), for
+    every GPU these records were timed on."""
+    gpus = {device_name(r) for r in timed_on_gpu(records)}
+    return {gpu: promote.same_code_hashes(task, promote.promoted(task, results_dir, gpu), results_dir) for gpu in gpus}
+
+
+def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Mapping[str, Collection[str]] | None = None
+           ) -> list[GoalShape]:  # fmt: skip
     """Every goal of `task` on each of its shapes, from the newest GPU record of each candidate.
 
-    `in_force`: the content hashes of the promoted kernel (promote.same_code_hashes);
-    its newest record among them is the in-force standing."""
+    `in_force`: GPU -> the content hashes of the kernel promoted on it (`in_force_on`); the newest record of
+    a GPU the goal judges on, under the hashes in force on that GPU, is the in-force standing."""
+    in_force = in_force or {}
     records = list(records)
     by_run = promote.showings_by_run(records)
     judged = timed_on_gpu(records)
@@ -148,7 +160,7 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[s
         newest = _newest_per_candidate(timed)
         for shape in task.goal_shapes(goal):
             here = [r for (_, label), r in newest.items() if label == shape]
-            ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force]
+            ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force.get(device_name(r), ())]
             promoted = max(ours, key=lambda r: r.created_utc, default=None)
             rows.append(GoalShape(
                 goal, shape, standing(goal, promoted, by_run[promoted.run_id]) if promoted else None,
@@ -170,7 +182,8 @@ def _status(row: GoalShape, promoted: bool) -> str:
     return "missed"
 
 
-def goals_table(task: Task, records: Iterable[EvaluationRecord], in_force: Sequence[str] = ()) -> str:
+def goals_table(task: Task, records: Iterable[EvaluationRecord],
+                in_force: Mapping[str, Collection[str]] | None = None) -> str:  # fmt: skip
     """The goals of `task` as `harness results` prints them: one row per goal and shape."""
     if not task.goals:
         return f"Goals: none declared for {task.name} (tasks/{task.name}.py)."
@@ -180,7 +193,7 @@ def goals_table(task: Task, records: Iterable[EvaluationRecord], in_force: Seque
          "promoted (newest)": f"{r.in_force.cell()} [{r.in_force.run_id}]" if r.in_force else "-",
          "best candidate (newest each)": (f"{r.best.implementation} {r.best.cell()} [{r.best.run_id}]"
                                           if r.best else "-"),
-         "status": _status(r, bool(in_force))}
+         "status": _status(r, any((in_force or {}).values()))}
         for r in assess(task, records, in_force)
     ]  # fmt: skip
     met = sum(row["status"] == "met" for row in rows)

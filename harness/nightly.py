@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness import candidates as candidate_files
-from harness import goals, promote, promoted_source, records, runner
+from harness import environment, goals, promote, promoted_source, records, runner
 from harness.environment import REPO_ROOT
 from harness.journal import ItemRecord, Journal, exclusive
 from harness.nightly_checks import Finding, TaskEvidence, assess
@@ -158,7 +158,8 @@ def evaluate_task(name: str, settings: NightlySettings, echo: Callable[[str], No
         except candidate_files.CandidateError as e:
             contract.append((_display(path.resolve()), str(e)))
     results = settings.results_path
-    before = promote.promoted(name, results)
+    gpu = environment.gpu()  # the GPU whose promotion this night judges and may move
+    before = promote.promoted(name, results, gpu)
     with tempfile.TemporaryDirectory(prefix="beam-nightly-") as scratch:
         extra, promoted_name, note = promoted_source.beside(REPO_ROOT, task, before, loaded, Path(scratch))
         try:
@@ -166,7 +167,7 @@ def evaluate_task(name: str, settings: NightlySettings, echo: Callable[[str], No
         except (runner.HarnessError, ValueError) as e:  # the item fails; the night goes on with the others
             message = f"the evaluation failed: {type(e).__name__}: {e}"
             return "error", [Finding("failure", name, "harness", message, True)], {"error": message}
-    after = promote.promoted(name, results)
+    after = promote.promoted(name, results, gpu)
     lineage = promote.same_code_hashes(name, before, results)
     evidence = TaskEvidence(
         task=name, records=result.records, promoted_before=before, promoted_name=promoted_name, promoted_note=note,

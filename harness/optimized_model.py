@@ -1,6 +1,7 @@
 """The optimized Beam: the reference model with its `ops` filled from promotion records.
 
-    optimized = build_ops(promoted_choices(), cfg, device, library=library_paths.library_ops(device, cfg))
+    optimized = build_ops(promoted_choices(gpu=environment.gpu()), cfg, device,
+                          library=library_paths.library_ops(device, cfg))
     model = optimized_model(cfg, optimized, device, seed)         # pack_qkv_gate=True
 
 One builder, `build_ops`, turns an explicit mapping task -> CandidateChoice (a file and the content
@@ -43,7 +44,7 @@ from typing import Literal
 
 import torch
 
-from harness import candidates, promote
+from harness import candidates, environment, promote
 from harness.environment import REPO_ROOT
 from reference_model import ops as reference_ops
 from reference_model.config import BeamConfig, get_config
@@ -137,14 +138,17 @@ def _check_task(task: str) -> None:
     get_task(task)  # raises ValueError naming the known tasks
 
 
-def promoted_choices(results_dir: Path | str | None = None, tasks: tuple[str, ...] = ()) -> dict[str, CandidateChoice]:
-    """The candidate in force for every task that has one (harness/promote.py), by task."""
+def promoted_choices(results_dir: Path | str | None = None, tasks: tuple[str, ...] = (),
+                     gpu: str | None = None) -> dict[str, CandidateChoice]:  # fmt: skip
+    """The candidate in force on `gpu` (environment.gpu(); None: no GPU, a CPU build) for every task that has
+    one (harness/promote.py `promoted`: a GPU without promotions of its own takes another GPU's), by task."""
     chosen = {}
     for task in tasks or tuple(TASKS):
         _check_task(task)
-        record = promote.promoted(task, results_dir)
+        record = promote.promoted(task, results_dir, gpu)
         if record is not None:
-            origin = f"promotion {record.promotion_id} (run {record.run_id})"
+            on = promote.gpu_of(record)
+            origin = f"promotion {record.promotion_id} (run {record.run_id}{f', on the {on}' if on else ''})"
             path = Path(record.path)
             if not path.is_absolute():
                 path = REPO_ROOT / path
@@ -377,5 +381,6 @@ def build_model_ops(device: torch.device | str) -> tuple[ModelOps, bool, dict[st
     # Head sizes of the strided-input probe (the layout is the same in every preset; tiny is quick
     # in the interpreter).
     cfg = get_config("beam-tiny" if device.type == "cpu" else "beam")
-    optimized = build_ops(promoted_choices(), cfg, device, library=library_paths.library_ops(device, cfg))
+    chosen = promoted_choices(gpu=environment.gpu() if device.type == "cuda" else None)
+    optimized = build_ops(chosen, cfg, device, library=library_paths.library_ops(device, cfg))
     return optimized.ops, optimized.pack_qkv_gate, optimized.implementations()

@@ -31,6 +31,11 @@ on times within each other's noise is a tie, and a tie does not replace the kern
 blocked challenger gives way to the next eligible one by score; when none is left, the promotion in
 force stays. A promoted candidate that fails parity in a later run is withdrawn.
 
+Promotions are per GPU model (`promoted`): each decision is recorded with its run's environment and
+replaces or withdraws only the promotion of the GPU it ran on, which is the kernel in force a run is
+judged against. A GPU with no promotions of its own runs with the newest one proven on another GPU,
+which its first run must therefore evaluate before it can promote anything of its own.
+
 A kernel in force can itself miss a bar of eligibility in a later run (a baseline it no longer beats beyond
 noise on some shape: qk_norm_rope's, behind a torch.compile that fails parity, at one prefill shape). It stays
 promoted, and a challenger that misses only the bars it misses too (on each shape, no baseline it does not
@@ -296,12 +301,18 @@ def decide(
     if set(task_shapes) - run_shapes:
         return None, assessments, f"the run covered {sorted(run_shapes)}, not every GPU shape {list(task_shapes)}"
     if current is not None and current.action == "promote" and current.content_hash not in candidates:
+        on = gpu_of(current)
+        where = (
+            ""
+            if on == str(environment.get("device", ""))
+            else f" on the {on or 'GPU of its run'} (this GPU has none of its own)"
+        )
         return (
             None,
             assessments,
             (
-                f"{current.candidate} ({current.content_hash[:12]}) is promoted and was not evaluated in this run; "
-                "evaluate it beside the others to change the promotion"
+                f"{current.candidate} ({current.content_hash[:12]}) is promoted{where} and was not evaluated in this "
+                "run; evaluate it beside the others to change the promotion"
             ),
         )
     in_force = current.content_hash if current is not None and current.action == "promote" else None
@@ -367,15 +378,38 @@ def history(task: str, results_dir: Path | str | None = None) -> list[PromotionR
     return read(path, PromotionRecord)[0]
 
 
-def promoted(task: str, results_dir: Path | str | None = None) -> PromotionRecord | None:
-    """The promotion in force for `task` (None when never promoted or withdrawn since).
+def gpu_of(record: PromotionRecord) -> str:
+    """The GPU a promotion or withdrawal was decided on: its run's environment names it ('' where it does not)."""
+    return str(record.environment.get("device", ""))
+
+
+def latest_by_gpu(task: str, results_dir: Path | str | None = None) -> dict[str, PromotionRecord]:
+    """Every GPU with a promotion history of its own for `task` -> its newest record: the promotion in force
+    there, or the withdrawal that left none. Ordered by those records, oldest first (`promoted`)."""
+    latest: dict[str, PromotionRecord] = {}
+    for record in history(task, results_dir):
+        latest.pop(gpu_of(record), None)  # re-inserted at the end: the order is that of each GPU's newest record
+        latest[gpu_of(record)] = record
+    return latest
+
+
+def promoted(task: str, results_dir: Path | str | None = None, gpu: str | None = None) -> PromotionRecord | None:
+    """The promotion in force for `task` on `gpu` (a GPU as records name it, environment.gpu(); None: no GPU
+    named), None when there is none.
+
+    Promotions are kept per GPU model: a run's decision is recorded with its environment and moves only the
+    promotion of the GPU it ran on, so a runner of another GPU never replaces, nor withdraws, the kernel an
+    H200 proved itself on. On a GPU with a history of its own, its newest record is in force (None after a
+    withdrawal). A GPU without one, and no GPU at all (a CPU build), takes the newest of the promotions in
+    force on the others: a kernel proven on one GPU stands in for the reference on another until that one's
+    own runs decide (gpu_of the record says where it was proven).
 
     The record names a file and its content hash: a reader should load the file only if its bytes
     still hash to `content_hash` (harness.candidates.content_hash)."""
-    records = history(task, results_dir)
-    if not records or records[-1].action != "promote":
-        return None
-    return records[-1]
+    latest = latest_by_gpu(task, results_dir)
+    if gpu is not None and gpu in latest:
+        return latest[gpu] if latest[gpu].action == "promote" else None
+    return next((r for r in reversed(latest.values()) if r.action == "promote"), None)
 
 
 def same_code_hashes(
@@ -389,7 +423,8 @@ def same_code_hashes(
 def same_code_chain(task: str, record: PromotionRecord, results_dir: Path | str | None = None) -> list[PromotionRecord]:
     """`record` and the promotions it carries through documentation-only edits (`same_code_as`, harness
     rehash), newest first: the last one is the promotion the evidence was measured for."""
-    by_hash = {r.content_hash: r for r in history(task, results_dir) if r.action == "promote"}
+    by_hash = {r.content_hash: r for r in history(task, results_dir)
+               if r.action == "promote" and gpu_of(r) == gpu_of(record)}  # fmt: skip
     chain = [record]
     while chain[-1].same_code_as and chain[-1].same_code_as in by_hash and len(chain) <= len(by_hash):
         chain.append(by_hash[chain[-1].same_code_as])

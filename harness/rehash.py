@@ -9,7 +9,8 @@ When the code is the same, it appends a promotion record naming the new bytes, w
 speedups and environment of the promotion it carries and `same_code_as` set to the hash it replaces
 (`harness nightly` then counts the older hash's timings as the kernel's history). Any other change is
 refused, naming the definitions whose code changed: a code change is a new candidate, judged by
-`harness run`.
+`harness run`. Promotions are per GPU (harness/promote.py `promoted`): each GPU whose own promotion in
+force is the edited file gets its record, with its own evidence.
 
     harness rehash task=fuse_norm                 check, then append the record
     harness rehash task=fuse_norm dry_run=true    check and print the record, append nothing
@@ -38,14 +39,27 @@ class RehashError(ValueError):
     """Why the file at the promoted path cannot carry the promotion (the command exits 1 with it)."""
 
 
-def carried_promotion(task: str, results_dir: Path | str, repo: Path = REPO_ROOT) -> PromotionRecord | None:
-    """The record that moves `task`'s promotion to the bytes now at its path (None: they are the promoted
-    bytes already). Raises RehashError when there is no promotion, no file, no promoted bytes to compare
-    with, or code that differs."""
-    current = promote.promoted(task, results_dir)
+def _nothing_in_force(task: str, results_dir: Path | str) -> RehashError:
+    where = task_results_dir(Path(results_dir), task) / PROMOTIONS_FILE
+    return RehashError(f"task {task!r} has no promotion in force ({where}): nothing to carry")
+
+
+def carried_promotions(task: str, results_dir: Path | str, repo: Path = REPO_ROOT) -> list[PromotionRecord]:
+    """`carried_promotion` of every GPU with a promotion of its own in force (none where all hold their bytes)."""
+    gpus = [gpu for gpu, r in promote.latest_by_gpu(task, results_dir).items() if r.action == "promote"]
+    if not gpus:
+        raise _nothing_in_force(task, results_dir)
+    return [r for gpu in gpus if (r := carried_promotion(task, results_dir, repo, gpu)) is not None]
+
+
+def carried_promotion(task: str, results_dir: Path | str, repo: Path = REPO_ROOT,
+                      gpu: str | None = None) -> PromotionRecord | None:  # fmt: skip
+    """The record that moves `task`'s promotion in force on `gpu` (promote.promoted) to the bytes now at its
+    path (None: they are the promoted bytes already). Raises RehashError when there is no promotion, no file,
+    no promoted bytes to compare with, or code that differs."""
+    current = promote.promoted(task, results_dir, gpu)
     if current is None:
-        where = task_results_dir(Path(results_dir), task) / PROMOTIONS_FILE
-        raise RehashError(f"task {task!r} has no promotion in force ({where}): nothing to carry")
+        raise _nothing_in_force(task, results_dir)
     path = promoted_source.full_path(repo, current)
     if not path.is_file():
         raise RehashError(f"the promoted kernel's file `{current.path}` does not exist")
@@ -92,19 +106,22 @@ def main(settings: RehashSettings) -> int:
             raise ValueError(f"task is required, e.g. `harness rehash task=fuse_norm`; known: {sorted(TASKS)}")
         task = get_task(settings.task)
         results_dir = Path(settings.results_dir) if settings.results_dir else DEFAULT_RESULTS_DIR
-        record = carried_promotion(task.name, results_dir)
+        records = carried_promotions(task.name, results_dir)
     except ValueError as e:  # RehashError, or an unknown task
         print(f"error: {e}", file=sys.stderr)
         return 1
-    if record is None:
+    if not records:
         print(f"{task.name}: the file at the promoted path holds the promoted bytes: nothing to record")
         return 0
     if settings.dry_run:
-        print(json.dumps(record.to_dict(), indent=2, sort_keys=True))
+        for record in records:
+            print(json.dumps(record.to_dict(), indent=2, sort_keys=True))
         print(f"{task.name}: dry run: nothing appended", file=sys.stderr)
         return 0
     target = task_results_dir(results_dir, task.name) / PROMOTIONS_FILE
-    append(target, record)
-    print(f"{task.name}: {record.candidate} now in force as {record.content_hash[:12]} "
-          f"(same code as {record.same_code_as[:12]}); appended to {target}")  # fmt: skip
+    for record in records:
+        append(target, record)
+        on = f" on the {promote.gpu_of(record)}" if promote.gpu_of(record) else ""
+        print(f"{task.name}: {record.candidate} now in force{on} as {record.content_hash[:12]} "
+              f"(same code as {record.same_code_as[:12]}); appended to {target}")  # fmt: skip
     return 0

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import candidates as candidate_files
-from harness import goals, promote, promoted_source, review_git, runner
+from harness import environment, goals, promote, promoted_source, review_git, runner
 from harness.environment import REPO_ROOT
 from harness.records import EvaluationRecord, PromotionRecord, Status, now_utc
 from harness.regression import Thresholds
@@ -371,7 +371,7 @@ def run_review(settings: ReviewSettings, echo=print) -> Review:
                 tasks.append(TaskReview(name, changes, verdicts))
                 continue
             task = TASKS[name]
-            promoted = promote.promoted(name, settings.results_path)
+            promoted = promote.promoted(name, settings.results_path, environment.gpu())
             extra, promoted_name, note = promoted_source.beside(repo, task, promoted, loaded, tmp)
             to_run = loaded + ([extra] if extra is not None else [])
             result = runner.evaluate(task, to_run, evaluation, echo=echo) if loaded else None

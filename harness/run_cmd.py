@@ -230,16 +230,20 @@ def results(settings: ResultsSettings) -> int:
 
 
 def _standing_lines(task: str, root: Path, why: bool) -> list[str]:
-    """The promotion in force (with its reason when `why`) and the task's goals against its records."""
-    current = promote.promoted(task, root)
-    if current is None:
-        lines = ["Promoted: none"]
-    else:
-        lines = [f"Promoted: {current.candidate} ({current.content_hash[:12]}, {current.path}) since run "
-                 f"{current.run_id}" + (f": {current.reason}" if why else "")]  # fmt: skip
-    in_force = promote.same_code_hashes(task, current, root)
+    """The promotion in force on each GPU that has one of its own (with its reason when `why`) and the task's
+    goals against its records."""
+    lines = []
+    for gpu, latest in promote.latest_by_gpu(task, root).items():
+        on = f" on the {gpu}" if gpu else ""
+        if latest.action == "promote":
+            lines.append(f"Promoted{on}: {latest.candidate} ({latest.content_hash[:12]}, {latest.path}) since run "
+                         f"{latest.run_id}" + (f": {latest.reason}" if why else ""))  # fmt: skip
+        else:
+            lines.append(f"Promoted{on}: none, {latest.candidate} withdrawn in run {latest.run_id}"
+                         + (f": {latest.reason}" if why else ""))  # fmt: skip
     evaluations = read(results_dir_of(root, task) / RECORDS_FILE, EvaluationRecord)[0]
-    return [*lines, "", goals.goals_table(_task_or_error(task), evaluations, in_force)]
+    in_force = goals.in_force_on(task, evaluations, root)
+    return [*(lines or ["Promoted: none"]), "", goals.goals_table(_task_or_error(task), evaluations, in_force)]
 
 
 def format_overview(results_dir) -> str:

@@ -19,8 +19,9 @@
    results repeated across seeds.
 4. Benchmark (GPU): each candidate that passed somewhere is timed in its own sandboxed child
    against the baselines, interleaved, on the shapes it passed (harness/bench.py).
-5. Records appended to results/<task>/records.jsonl, the promotion decision (harness/promote.py)
-   to promotions.jsonl, and a RunRecord with the wall time to runs.jsonl.
+5. Records appended to results/<task>/records.jsonl, the promotion decision (harness/promote.py,
+   against the kernel in force on this run's GPU) to promotions.jsonl, and a RunRecord with the wall
+   time to runs.jsonl.
 
 Compiled kernels are kept between runs under `cache_dir`: each candidate's Triton cache (by content
 hash: only that candidate's children write it), the baselines child's per task
@@ -854,7 +855,7 @@ def evaluate(
         append(results / RECORDS_FILE, r)
     promotion, assessments, reason = None, [], "promotion disabled (promote=false)"
     if settings.promote:
-        current = promote.promoted(task.name, settings.results_path)
+        current = promote.promoted(task.name, settings.results_path, env["device"] if ev.on_gpu else None)
         all_shapes = [s.label for s in task.shapes]
         promotion, assessments, reason = promote.decide(records, all_shapes, current, env, settings.max_regression_pct,
                                                         settings.promote_fix or None)  # fmt: skip

@@ -10,7 +10,16 @@ import pytest
 
 from harness import goals
 from harness.journal import ItemRecord
-from harness.records import PROMOTIONS_FILE, RECORDS_FILE, EvaluationRecord, PromotionRecord, Status, Timing, append
+from harness.records import (
+    PROMOTIONS_FILE,
+    RECORDS_FILE,
+    EvaluationRecord,
+    PromotionRecord,
+    Status,
+    Timing,
+    append,
+    read,
+)
 from harness.regression import Thresholds
 from harness.report_nightly import nightly_markdown
 from harness.run_cmd import format_overview, format_results
@@ -18,6 +27,7 @@ from tasks import TASKS
 from tasks.task import Goal
 
 FUSE_NORM, OUTPUT_GATE = TASKS["fuse_norm"], TASKS["output_gate"]
+H200 = "NVIDIA H200"
 
 
 def _record(name: str, shape: str, p50: float, when: str, task: str = "fuse_norm", **changes) -> EvaluationRecord:
@@ -77,7 +87,7 @@ def test_only_the_newest_gpu_record_of_each_candidate_counts_and_the_promoted_on
         _record("broken", "T=1", 0.5, "05", status=Status.MISMATCH, detail="1 ulp", timing=None),
         _record("too_fast", "T=1", 0.001, "05", suspicious=True),  # below the roofline: meets nothing
     ]
-    rows = goals.assess(FUSE_NORM, records, in_force=["a" * 64, old_hash])
+    rows = goals.assess(FUSE_NORM, records, in_force={H200: ["a" * 64, old_hash]})
     assert [(r.shape, r.goal.max_us) for r in rows] == [("T=1", 2.3), ("T=16384", 165.0)]
     small, large = rows
     assert small.in_force.implementation == "promoted" and small.in_force.met
@@ -85,7 +95,7 @@ def test_only_the_newest_gpu_record_of_each_candidate_counts_and_the_promoted_on
     assert large.in_force.p50_us == 170.0 and not large.in_force.met
     assert large.best.implementation == "rival" and large.best.p50_us == 168.0
     assert large.best.cell() == "168.00 us, missed by 3.00 (1.8%)"
-    assert goals.assess(FUSE_NORM, records, in_force=[])[0].in_force is None
+    assert goals.assess(FUSE_NORM, records, in_force={H200: []})[0].in_force is None
 
 
 def test_a_goal_set_on_the_h200_is_judged_on_h200_records_only():
@@ -98,7 +108,7 @@ def test_a_goal_set_on_the_h200_is_judged_on_h200_records_only():
         _record("promoted", "T=16384", 236.6, "05", environment=h100, run_id="run-h100"),
         _record("rival", "T=1", 2.23, "05", environment=h100, run_id="run-h100"),
     ]
-    small, large = goals.assess(FUSE_NORM, records, in_force=[("promoted" * 8)])
+    small, large = goals.assess(FUSE_NORM, records, in_force={H200: [("promoted" * 8)]})
     assert large.in_force.p50_us == 170.8 and large.in_force.run_id == "run-03" and large.best.p50_us == 170.8
     assert small.in_force is None and small.best is None
     assert goals._status(small, promoted=True) == "not measured on the H200"
@@ -108,7 +118,7 @@ def test_a_goal_set_on_the_h200_is_judged_on_h200_records_only():
     assert on_h100[1]["cells"]["promoted"] == "236.60 us, not judged (goal set on the H200)"
     assert {n: m for row in on_h100 for n, m in row["met"].items()} == {"promoted": None, "rival": None}
     gate = _record("gate", "T=1", 1.00, "05", task="output_gate", environment=h100, **_compile_beside(1.20))
-    (relative,) = [r for r in goals.assess(OUTPUT_GATE, [gate], in_force=[]) if r.shape == "T=1"]
+    (relative,) = [r for r in goals.assess(OUTPUT_GATE, [gate], in_force={H200: []}) if r.shape == "T=1"]
     assert relative.goal.gpu is None and relative.best.met
     with pytest.raises(ValueError, match="gpu must be part of a device name, such as 'H200', or None; got ' '"):
         Goal(max_us=2.0, gpu=" ")
@@ -120,7 +130,7 @@ def test_not_slower_than_compares_with_the_baseline_as_promotion_bars_it():
         _record("gate", "T=8", 1.40, "02", task="output_gate", **_compile_beside(1.30)),
         _record("gate", "T=64", 2.00, "02", task="output_gate"),  # the compile did not run beside it
     ]
-    rows = {(r.shape, r.goal.bar): r for r in goals.assess(OUTPUT_GATE, records, in_force=[("gate" * 16)])}
+    rows = {(r.shape, r.goal.bar): r for r in goals.assess(OUTPUT_GATE, records, in_force={H200: [("gate" * 16)]})}
     t1, t8, t64 = (rows[(s, "not slower than torch_compile")] for s in ("T=1", "T=8", "T=64"))
     assert t1.in_force.bar_us == 1.20 and t1.in_force.met and t1.in_force.cell() == "1.00 us, met by 0.20"
     assert t8.in_force.bar_us == 1.30 and not t8.in_force.met
@@ -129,7 +139,7 @@ def test_not_slower_than_compares_with_the_baseline_as_promotion_bars_it():
     # one in another run is not
     faster = _record("other", "T=1", 0.90, "02", task="output_gate", **_compile_beside(0.95))
     later = _record("third", "T=1", 0.90, "05", task="output_gate", **_compile_beside(0.50))
-    rows = {r.shape: r for r in goals.assess(OUTPUT_GATE, [*records, faster, later], in_force=[("gate" * 16)])
+    rows = {r.shape: r for r in goals.assess(OUTPUT_GATE, [*records, faster, later], in_force={H200: [("gate" * 16)]})
             if r.goal.not_slower_than}  # fmt: skip
     assert rows["T=1"].in_force.bar_us == 0.95 and rows["T=1"].in_force.cell() == "1.00 us, missed by 0.05 (5.3%)"
     (t1_row,) = [r for r in goals.side_by_side(OUTPUT_GATE, [*records, faster]) if r["shape"] == "T=1"
@@ -159,11 +169,13 @@ def test_a_one_launch_goal_needs_the_records_count_of_launches_too():
         "uncounted": "1.10 us, launches not counted, missed",
     }
     assert row["met"] == {"one": True, "two": False, "slow": False, "uncounted": False}
-    (assessed,) = [r for r in goals.assess(qk, records, in_force=["two" * 21 + "t"]) if r.shape == "sliding T=1"]
+    (assessed,) = [
+        r for r in goals.assess(qk, records, in_force={H200: ["two" * 21 + "t"]}) if r.shape == "sliding T=1"
+    ]
     assert assessed.best.implementation == "one"  # the fastest that meets the goal, not the fastest
     assert not assessed.in_force.met and assessed.in_force.launches == 2
     assert goals._status(assessed, promoted=True) == "met by one only (not in force)"
-    (uncounted,) = [r for r in goals.assess(qk, records[3:], in_force=[("uncounted" * 8)[:64]])
+    (uncounted,) = [r for r in goals.assess(qk, records[3:], in_force={H200: [("uncounted" * 8)[:64]]})
                     if r.shape == "sliding T=1"]  # fmt: skip
     assert goals._status(uncounted, promoted=True) == "time met, launches not counted"
 
@@ -208,6 +220,33 @@ def test_the_results_tables_keep_each_gpus_newest_record_and_name_the_gpu(tmp_pa
                                                                             (["NVIDIA", "H200"], "170.0")]  # fmt: skip
     (goal,) = [line for line in table.splitlines() if line.strip().startswith("T=16384 p50")]
     assert "rival 170.00 us, missed by 5.00 (3.0%) [run-03]" in goal
+
+
+def test_each_gpus_records_stand_for_the_kernel_promoted_on_that_gpu(tmp_path):
+    """An H100 runner promoted rival (promotions are per GPU, harness/promote.py): on the H200 the kernel in force
+    is still promoted, so the H200 goal's in-force standing is promoted's H200 record, not rival's newer one;
+    `harness results` names each GPU's promotion."""
+    folder, h100 = tmp_path / "fuse_norm", {"device": "NVIDIA H100 80GB HBM3"}
+    for r in (_record("promoted", "T=16384", 170.0, "03"), _record("rival", "T=16384", 168.0, "04"),
+              _record("rival", "T=16384", 236.6, "05", environment=h100)):  # fmt: skip
+        append(folder / RECORDS_FILE, r)
+    for name, env, run in (("promoted", {"device": H200}, "run-03"), ("rival", h100, "run-05")):
+        append(folder / PROMOTIONS_FILE, PromotionRecord(
+            task="fuse_norm", action="promote", candidate=name, path=f"candidate_kernels/fuse_norm/{name}.py",
+            content_hash=(name * 64)[:64], run_id=run, evidence=["x"], reason="planted", speedups={},
+            environment=env))  # fmt: skip
+    records = read(folder / RECORDS_FILE, EvaluationRecord)[0]
+    in_force = goals.in_force_on("fuse_norm", records, tmp_path)
+    assert in_force == {H200: ("promoted" * 8,), h100["device"]: (("rival" * 13)[:64],)}
+    (large,) = [r for r in goals.assess(FUSE_NORM, records, in_force) if r.shape == "T=16384"]
+    assert large.in_force.implementation == "promoted" and large.in_force.p50_us == 170.0
+    assert large.best.implementation == "rival" and large.best.p50_us == 168.0
+    table = format_results("fuse_norm", tmp_path, 5)
+    assert (
+        "Promoted on the NVIDIA H200: promoted (" in table and "Promoted on the NVIDIA H100 80GB HBM3: rival (" in table
+    )
+    (goal,) = [line for line in table.splitlines() if line.strip().startswith("T=16384 p50")]
+    assert "170.00 us, missed by 5.00 (3.0%) [run-03]" in goal and goal.endswith("missed")
 
 
 def test_without_a_task_results_shows_every_tasks_promotion_and_goals(tmp_path):

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from harness import library_paths, model_parity, optimized_model
+from harness import environment, library_paths, model_parity, optimized_model
 from harness.candidates import content_hash
 from harness.optimized_model import CandidateChoice, StaleCandidateError
 from harness.records import PROMOTIONS_FILE, PromotionRecord, append
@@ -481,7 +481,7 @@ def test_optimized_beam_slice_matches_the_reference_on_cuda(slice_model, choose)
     model, chunks, reference = slice_model
     cfg = model.cfg
     if choose == "promoted":
-        choices = optimized_model.promoted_choices()
+        choices = optimized_model.promoted_choices(gpu=environment.gpu())  # the kernels proven on this GPU
     else:
         present = optimized_model.present_candidates()
         choices = optimized_model.explicit_choices({t: names[0] for t, names in present.items() if names})

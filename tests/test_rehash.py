@@ -15,7 +15,7 @@ from harness.nightly_checks import TaskEvidence, assess
 from harness.optimized_model import CandidateChoice, load_candidate_op
 from harness.records import PROMOTIONS_FILE, EvaluationRecord, PromotionRecord, Status, Timing, append
 from harness.regression import Thresholds
-from harness.rehash import RehashError, RehashSettings, carried_promotion, main
+from harness.rehash import RehashError, RehashSettings, carried_promotion, carried_promotions, main
 from harness.report import Change, profile_section
 
 KERNEL = '''"""output_gate, written out. Not yet run on a GPU."""
@@ -108,6 +108,38 @@ def test_rehash_moves_the_promotion_to_a_documentation_only_edit(repo):
     append(results / "output_gate" / PROMOTIONS_FILE, again)
     chain = promote.same_code_chain("output_gate", again, results)
     assert [r.content_hash for r in chain] == [again.content_hash, record.content_hash, before.content_hash]
+
+
+def test_rehash_carries_the_promotion_of_every_gpu_that_has_the_file_in_force(repo):
+    """Promotions are per GPU (harness/promote.py): where the H100 promoted the same file too, one edit of its
+    header moves both, each with its own evidence; a GPU whose kernel in force is another file, unchanged, keeps
+    its record, and one whose file cannot be carried stops the command before it appends anything."""
+    results = repo / "results"
+    h200 = promote.promoted("output_gate", results)
+    h100 = dataclasses.replace(h200, run_id="run-h100", evidence=["rec-h100"], promotion_id="p-h100",
+                               environment={"device": "NVIDIA H100 80GB HBM3"})  # fmt: skip
+    other_bytes = KERNEL.replace("SCALE = 1.0", "SCALE = 2.0")
+    other = dataclasses.replace(h200, candidate="other", path="candidate_kernels/output_gate/other.py",
+                                content_hash=content_hash(other_bytes.encode()), promotion_id="p-b200",
+                                environment={"device": "NVIDIA B200"})  # fmt: skip
+    for record in (h100, other):
+        append(results / "output_gate" / PROMOTIONS_FILE, record)
+    (repo / other.path).write_text(other_bytes)
+    (repo / PATH).write_text(_docs_edited(KERNEL))
+    records = carried_promotions("output_gate", results, repo)
+    assert [promote.gpu_of(r) for r in records] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    (repo / other.path).write_text(other_bytes + "EXTRA = 1\n")
+    with pytest.raises(RehashError, match="`candidate_kernels/output_gate/other.py` holds other bytes"):
+        carried_promotions("output_gate", results, repo)
+    for record in records:
+        append(results / "output_gate" / PROMOTIONS_FILE, record)
+    new_hash = content_hash((repo / PATH).read_bytes())
+    for gpu, before in (("NVIDIA H200", h200), ("NVIDIA H100 80GB HBM3", h100)):
+        carried = promote.promoted("output_gate", results, gpu)
+        assert (carried.content_hash, carried.same_code_as, carried.evidence) == (
+            new_hash, before.content_hash, before.evidence)  # fmt: skip
+        assert promote.gpu_of(carried) == gpu
+    assert promote.promoted("output_gate", results, "NVIDIA B200") == other
 
 
 def test_rehash_refuses_a_code_change_naming_what_changed_and_says_why_else(repo, tmp_path, capsys):

@@ -680,6 +680,39 @@ def test_a_promoted_candidate_that_fails_parity_is_withdrawn(tmp_path):
     assert [p.action for p in promote.history("fuse_norm", tmp_path)] == ["promote", "withdraw"]
 
 
+def test_promotions_are_kept_per_gpu_and_a_gpu_without_its_own_runs_with_another_gpus(tmp_path):
+    """An H100 runner's decisions move the H100's promotion only: the H200's kernel in force is neither replaced
+    nor withdrawn by them. Until the H100 has a history of its own, the newest promotion in force on another
+    GPU stands in there (and for a CPU build), and the H100's first run must evaluate it to promote anything."""
+    h100 = {"device": "NVIDIA H100 80GB HBM3"}
+    path = tmp_path / "fuse_norm" / PROMOTIONS_FILE
+    on_h200 = _promotion("incumbent")
+    append(path, on_h200)
+    assert promote.promoted("fuse_norm", tmp_path, "NVIDIA H200") == on_h200
+    assert promote.promoted("fuse_norm", tmp_path, h100["device"]) == on_h200  # standing in
+    assert promote.promoted("fuse_norm", tmp_path) == on_h200  # no GPU named: a CPU build
+    challenger = [_rec("challenger", s, 2.0, BASE, environment=h100) for s in SHAPES]
+    record, _, reason = promote.decide(challenger, SHAPES, on_h200, h100)
+    assert record is None and "is promoted on the NVIDIA H200 (this GPU has none of its own)" in reason
+    both = challenger + [_rec("incumbent", s, 3.0, BASE, environment=h100) for s in SHAPES]
+    record, _, _ = promote.decide(both, SHAPES, on_h200, h100)
+    assert record.candidate == "challenger" and promote.gpu_of(record) == "NVIDIA H100 80GB HBM3"
+    append(path, record)
+    assert promote.promoted("fuse_norm", tmp_path, h100["device"]) == record
+    assert promote.promoted("fuse_norm", tmp_path, "NVIDIA H200") == on_h200  # untouched
+    assert promote.promoted("fuse_norm", tmp_path, "NVIDIA B200") == record  # the newest in force stands in
+    # the H100 withdraws its kernel after a parity failure there: nothing in force on the H100, and neither the
+    # H200's promotion nor the stand-in for other GPUs comes back to it
+    failing = [_rec("challenger", s, 3.0, BASE, environment=h100, status=Status.MISMATCH, detail="1 ulp",
+                    timing=None, baselines_us={}, speedups={}) for s in SHAPES]  # fmt: skip
+    withdrawal, _, _ = promote.decide(failing, SHAPES, record, h100)
+    append(path, withdrawal)
+    assert promote.promoted("fuse_norm", tmp_path, h100["device"]) is None
+    assert promote.promoted("fuse_norm", tmp_path, "NVIDIA H200") == on_h200
+    assert promote.promoted("fuse_norm", tmp_path, "NVIDIA B200") == on_h200 == promote.promoted("fuse_norm", tmp_path)
+    assert list(promote.latest_by_gpu("fuse_norm", tmp_path)) == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+
+
 def test_no_promotion_from_a_cpu_run():
     records = [_rec("fast", s, 3.0, BASE, device="cpu", policy="interpreter", timing=None, baselines_us={},
                     speedups={}, timing_skipped="no CUDA GPU") for s in SHAPES]  # fmt: skip

@@ -123,16 +123,19 @@ def _baseline_line(records: list[EvaluationRecord]) -> str | None:
 
 
 def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Path, folder: Path,
-                    repo: Path = REPO_ROOT) -> str:  # fmt: skip
+                    repo: Path = REPO_ROOT, gpu: str | None = None) -> str:  # fmt: skip
+    """The kernel in force on `gpu` (promote.promoted; None: no GPU here) with its newest records, then every
+    other candidate file with its latest evaluation."""
     lines = []
-    current = promote.promoted(task.name, results_dir)
+    current = promote.promoted(task.name, results_dir, gpu)
     latest = _latest_by_hash(records)
     by_run = promote.showings_by_run(records)
     if current is not None:
         score = [min(s.values()) for s in current.speedups.values() if s]
         geo = math.exp(sum(map(math.log, score)) / len(score)) if score else None
         lines.append(f"Promoted (the one to beat): {current.candidate} ({current.path}, sha256 "
-                     f"{current.content_hash[:12]}), promoted in run {current.run_id}"
+                     f"{current.content_hash[:12]}), promoted on the {promote.gpu_of(current) or 'GPU'} in run "
+                     f"{current.run_id}"
                      + (f"; geomean of its worst speedups {geo:.3f}x" if geo else "") + ".")  # fmt: skip
         # its newest evaluation under any bytes of the same code (harness rehash: a header edited since)
         chain = [latest[h] for h in promote.same_code_hashes(task.name, current, results_dir) if h in latest]
@@ -172,8 +175,7 @@ def candidates_text(task: Task, records: list[EvaluationRecord], results_dir: Pa
 
 
 def goals_text(task: Task, records: list[EvaluationRecord], results_dir: Path) -> str:
-    current = promote.promoted(task.name, results_dir)
-    return goals.goals_table(task, records, promote.same_code_hashes(task.name, current, results_dir))
+    return goals.goals_table(task, records, goals.in_force_on(task.name, records, results_dir))
 
 
 RUN_STAMP = re.compile(r"(\d{8}T\d{6}Z)$")  # harness/profile_model.py ends each run folder's name with it
@@ -243,7 +245,8 @@ def gather(task: Task, device: str, shapes: tuple[str, ...], seeds: tuple[int, .
     return TaskContext(
         task=task, device=device, device_name=_device_name(device), shapes=shapes, seeds=seeds,
         ceilings=ceilings_text(records, device),
-        candidates=candidates_text(task, records, results_dir, candidates_folder),
+        candidates=candidates_text(task, records, results_dir, candidates_folder,
+                                   gpu=_device_name(device) if device == "cuda" else None),
         hot_spots=hot_spots_text(task, results_dir, profiles_dir),
         goals=goals_text(task, records, results_dir),
     )  # fmt: skip
