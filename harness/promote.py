@@ -265,6 +265,13 @@ def _not_a_fix_of(fix: Sequence[EvaluationRecord], current: PromotionRecord) -> 
     return f"its CANDIDATE parent is {parent or None!r}, not the promoted {current.candidate}"
 
 
+def _where_promoted(current: PromotionRecord | None, environment: dict[str, Any]) -> str:
+    """'' for a kernel in force promoted on the run's own GPU; else a clause naming the GPU it stands in from."""
+    if current is None or gpu_of(current) == str(environment.get("device", "")):
+        return ""
+    return f" on the {gpu_of(current) or 'GPU of its run'} (standing in: this GPU has no promotion of its own)"
+
+
 def decide(
     records: Sequence[EvaluationRecord],
     task_shapes: Sequence[str],
@@ -300,13 +307,8 @@ def decide(
             return withdrawal, assessments, withdrawal.reason
     if set(task_shapes) - run_shapes:
         return None, assessments, f"the run covered {sorted(run_shapes)}, not every GPU shape {list(task_shapes)}"
+    where = _where_promoted(current, environment)
     if current is not None and current.action == "promote" and current.content_hash not in candidates:
-        on = gpu_of(current)
-        where = (
-            ""
-            if on == str(environment.get("device", ""))
-            else f" on the {on or 'GPU of its run'} (this GPU has none of its own)"
-        )
         return (
             None,
             assessments,
@@ -334,7 +336,7 @@ def decide(
     for best in eligible:
         if best.content_hash == in_force:
             again = "best again" if not blocked else "the best of the others"
-            stays = [f"{best.candidate} stays promoted ({again}, geomean speedup {best.score:.3f}x)"]
+            stays = [f"{best.candidate} stays promoted{where} ({again}, geomean speedup {best.score:.3f}x)"]
             if not fix_named:
                 return None, assessments, "; ".join([*stays, *blocked])
             continue
@@ -355,7 +357,7 @@ def decide(
         blocked.append(f"{best.candidate} (geomean {best.score:.3f}x) not promoted: {why}")
     else:
         if not stays and incumbent is not None:  # the kernel in force misses a bar, and no challenger replaced it
-            stays = [f"{current.candidate} stays promoted (it is itself not eligible in this run)"]
+            stays = [f"{current.candidate} stays promoted{where} (it is itself not eligible in this run)"]
         return None, assessments, "; ".join([*stays, *blocked])
     fixed = [f"a fix of the promoted {current.candidate} (promote_fix): it may replace it at equal speed, "
              "and is slower on no shape"] if as_fix else []  # fmt: skip

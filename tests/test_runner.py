@@ -693,7 +693,12 @@ def test_promotions_are_kept_per_gpu_and_a_gpu_without_its_own_runs_with_another
     assert promote.promoted("fuse_norm", tmp_path) == on_h200  # no GPU named: a CPU build
     challenger = [_rec("challenger", s, 2.0, BASE, environment=h100) for s in SHAPES]
     record, _, reason = promote.decide(challenger, SHAPES, on_h200, h100)
-    assert record is None and "is promoted on the NVIDIA H200 (this GPU has none of its own)" in reason
+    assert (
+        record is None
+        and "is promoted on the NVIDIA H200 (standing in: this GPU has no promotion of its own)" in reason
+    )
+    alone = [_rec("incumbent", s, 3.0, BASE, environment=h100) for s in SHAPES]
+    assert promote.decide(alone, SHAPES, on_h200, h100)[2].startswith("incumbent stays promoted on the NVIDIA H200 (")
     both = challenger + [_rec("incumbent", s, 3.0, BASE, environment=h100) for s in SHAPES]
     record, _, _ = promote.decide(both, SHAPES, on_h200, h100)
     assert record.candidate == "challenger" and promote.gpu_of(record) == "NVIDIA H100 80GB HBM3"
