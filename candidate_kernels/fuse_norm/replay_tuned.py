@@ -32,8 +32,17 @@ T=8 2.82, T=64 3.78, T=1000 13.34, T=16384 236.87 us. loads_first ran 2.23 / 2.6
 beside it, with the same autotuned picks at every shape. ring_over_1024 (the same kernel, no ring configs up to
 1024 rows) ran T=1000 at 13.00. None was promoted (not faster than loads_first anywhere), and ring_over_1024 was
 removed afterwards: the harness timed the ring behind the plain configs at 2048 and 4096 rows too (33.87 against
-32.05, 68.05 against 61.83), so a fixed row bound has no measurement behind it. Not yet measured on the H200,
-where the question arose.
+32.05, 68.05 against 61.83), so a fixed row bound has no measurement behind it.
+
+Measured on the H200 (forty-second session, `harness run task=fuse_norm "candidates=[loads_first,replay_tuned]"
+bench.max_seconds=3`, run 20261205T181701-032f14 at 12443c0; results/gpu_logs/2026-12-05-session42/), p50 us
+against loads_first beside it: T=1 2.25 / 2.24, T=3 2.65 / 2.65, T=8 2.81 / 2.81, T=64 3.58 / 3.57, T=1000
+**12.06** / 17.55, T=16384 170.20 / 170.08 (one kernel moving the same bytes 159.57, 94%). At T = 1000 Triton's
+default timer gave loads_first a third pick, neither of the two seen before: a plain config of 3 programs per SM
+(MIXED = 0, maxnreg 168), 46% slower than this file's graph-timed pick of 2 programs per SM (MIXED = 0), which ran
+at 106% of the same-bytes launch (12.84 us). Every other shape took the same config in both. Promoted (faster than
+loads_first beyond noise at T = 1000 and slower nowhere; geomean of worst speedups 1.275x). Goals: T = 1 met by
+0.05 us; T = 16384 missed by 5.20 us (the ring's pick, loads_first's kernel; loads_first.py says why).
 
 Floor, goals, numerics and launch: loads_first.py's header, whose code this is (T=16384: 671 MB -> 157.0 us at
 4275 GB/s; goals T = 1 <= 2.3 us bit-exact, T = 16384 <= 165 us).
