@@ -26,6 +26,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from harness import promote
 from harness.records import EvaluationRecord, PromotionRecord, Status, Timing, autotune_changes
 from harness.regression import Thresholds, compare_to_history
 
@@ -169,7 +170,7 @@ def assess(e: TaskEvidence, thresholds: Thresholds) -> tuple[list[Finding], dict
     promoted_before = None
     if before is not None:
         promoted_before = {"candidate": before.candidate, "hash": before.content_hash, "path": before.path,
-                           "run_id": before.run_id}  # fmt: skip
+                           "run_id": before.run_id, "gpu": promote.gpu_of(before)}  # fmt: skip
     details = {
         "evaluation_run": first.run_id if first else None,
         "device": first.device if first else None,

@@ -45,8 +45,9 @@ def _task_blocks(r: ItemRecord) -> list[Block]:
                        f"{d.get('policy')} parity policy, shapes {shapes}; {r.wall_s:.1f} s."))  # fmt: skip
     before = d.get("promoted_before")
     if before:
+        on = f" on the {before['gpu']}" if before.get("gpu") else ""
         blocks.append(Para(f"Promoted when the run started: `{before['candidate']}` (`{short(before['hash'])}`, "
-                           f"`{before['path']}`, since run `{before['run_id']}`)."))  # fmt: skip
+                           f"`{before['path']}`, since run `{before['run_id']}`{on})."))  # fmt: skip
     else:
         blocks.append(Para("No kernel was promoted when the run started."))
     if d.get("promoted_note"):

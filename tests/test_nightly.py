@@ -94,7 +94,8 @@ def gpu_record(run: str, name: str, p50: float, kind: str = "candidate", when: s
 
 PROMOTION = PromotionRecord(task="fuse_norm", action="promote", candidate="row_per_program",
                             path="candidate_kernels/fuse_norm/row_per_program.py", content_hash=PROMOTED_HASH,
-                            run_id="old", evidence=["x"], reason="best", speedups={}, environment={})  # fmt: skip
+                            run_id="old", evidence=["x"], reason="best", speedups={},
+                            environment={"device": "NVIDIA H200"})  # fmt: skip
 
 
 def test_a_promoted_kernel_slower_than_its_history_fails_the_night():
@@ -119,6 +120,7 @@ def test_a_promoted_kernel_slower_than_its_history_fails_the_night():
     text = nightly_markdown("2026-11-30", done, [], Thresholds().__dict__, "2026-11-30T06:00:00+00:00")
     assert "## Regressions" in text and "| `fuse_norm` | `row_per_program` | `T=1` | 3.00 | 2.01 |" in text
     assert "**FAIL**: 1 gating finding(s)" in text and "| `reference` | `T=1` | 9.60 | regression |" in text
+    assert "`candidate_kernels/fuse_norm/row_per_program.py`, since run `old` on the NVIDIA H200)." in text
     assert nightly_html("2026-11-30", done, [], Thresholds().__dict__, "x").startswith("<!DOCTYPE html>")
     steady = TaskEvidence("fuse_norm", (gpu_record("new", "row_per_program", 2.02),), PROMOTION, "row_per_program",
                           "", None, "stays", tuple(history))  # fmt: skip
