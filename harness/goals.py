@@ -15,9 +15,8 @@ GPU's time stands beside the goal as not judged.
 
 Who reads it: `harness results` and an agent's task statement (the newest record of a kernel in force,
 each GPU's records judged by the kernel promoted on that GPU, and the best newest record of any
-candidate, per goal and shape); the end of a `harness run` on a
-GPU and each task's section of the nightly summary (that run's candidates side by side). Promotion
-never reads goals.
+candidate, per goal and shape); the end of a `harness run` on a GPU and each task's section of the
+nightly summary (that run's candidates side by side). Promotion never reads goals.
 """
 
 from __future__ import annotations

@@ -247,6 +247,13 @@ def test_each_gpus_records_stand_for_the_kernel_promoted_on_that_gpu(tmp_path):
     )
     (goal,) = [line for line in table.splitlines() if line.strip().startswith("T=16384 p50")]
     assert "170.00 us, missed by 5.00 (3.0%) [run-03]" in goal and goal.endswith("missed")
+    append(folder / PROMOTIONS_FILE, PromotionRecord(
+        task="fuse_norm", action="withdraw", candidate="rival", path="candidate_kernels/fuse_norm/rival.py",
+        content_hash=("rival" * 13)[:64], run_id="run-06", evidence=["y"], reason="failed parity", speedups={},
+        environment=h100))  # fmt: skip
+    table = format_results("fuse_norm", tmp_path, 5)
+    assert "Promoted on the NVIDIA H100 80GB HBM3: none, rival withdrawn in run run-06: failed parity" in table
+    assert "Promoted on the NVIDIA H200: promoted (" in table
 
 
 def test_without_a_task_results_shows_every_tasks_promotion_and_goals(tmp_path):
