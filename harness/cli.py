@@ -55,8 +55,8 @@ COMMANDS: tuple[Command, ...] = (
     Command(("run",), "harness.run_cmd", "RunSettings", "run",
             "evaluate a task's candidates: sandboxed parity, benchmark on GPU, records, promotion"),
     Command(("results",), "harness.run_cmd", "ResultsSettings", "results",
-            "a task's recorded runs, latest results, promotion in force and goals; no task: every task's"
-            " promotion and goals"),
+            "a task's recorded runs, latest results, promotion in force on each GPU and goals; no task: every"
+            " task's promotions and goals"),
     Command(("model", "info"), "harness.model_cmd", "ModelInfoSettings", "info",
             "parameter counts, shapes and KV-cache arithmetic of a Beam preset"),
     Command(("model", "check"), "harness.model_cmd", "ModelCheckSettings", "check",
