@@ -82,7 +82,7 @@ def capture() -> Environment:
     on_gpu = torch.cuda.is_available()
     commit, dirty = _commit()
     return Environment(
-        device=torch.cuda.get_device_name(0) if on_gpu else "cpu (Triton interpreter)",
+        device=gpu() or "cpu (Triton interpreter)",
         driver=_nvidia_driver() if on_gpu else None,
         cuda=torch.version.cuda if on_gpu else None,
         torch=torch.__version__,

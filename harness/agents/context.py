@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness import candidates as candidate_files
-from harness import goals, promote, review_git
+from harness import environment, goals, promote, review_git
 from harness.environment import REPO_ROOT
 from harness.profile_kernel_records import kernel_profile_section, load_profiles
 from harness.records import RECORDS_FILE, EvaluationRecord, Status, read, task_results_dir
@@ -42,9 +42,7 @@ class TaskContext:
 
 def _device_name(device: str) -> str:
     if device == "cuda":
-        import torch
-
-        return torch.cuda.get_device_name(0)
+        return environment.gpu() or "CUDA GPU"
     return "CPU only (no CUDA GPU): candidates run through the Triton interpreter"
 
 
@@ -246,7 +244,7 @@ def gather(task: Task, device: str, shapes: tuple[str, ...], seeds: tuple[int, .
         task=task, device=device, device_name=_device_name(device), shapes=shapes, seeds=seeds,
         ceilings=ceilings_text(records, device),
         candidates=candidates_text(task, records, results_dir, candidates_folder,
-                                   gpu=_device_name(device) if device == "cuda" else None),
+                                   gpu=environment.gpu() if device == "cuda" else None),
         hot_spots=hot_spots_text(task, results_dir, profiles_dir),
         goals=goals_text(task, records, results_dir),
     )  # fmt: skip
