@@ -10,12 +10,14 @@ them on loads), and how many programs share an SM sets its time: one 8-warp prog
 two 4-warp programs' 169.8 (ring_warps_sweep.py, thirtieth session), since one program's row reductions and barriers
 overlap the other's arithmetic. A third program did not fit: each thread held both weights as FP32 for the program's
 life, 80 of its registers, and 3-4 ring programs per SM spilled (210.8-285.5 us, twenty-ninth session). Here a program
-keeps the weights as loaded, BF16, two to a register (40 registers), and widens them where each row uses them: a
-shift and a mask per pair (_widen; exact). The widening is inline PTX marked not pure, so that Triton's loop-invariant
-code motion does not hoist it back out of the row loop and the FP32 copies stay dead between rows.
+keeps the weights as loaded, BF16, two to a register (40 registers), and the ring widens them where each row uses
+them: a shift and a mask per pair (_widen; exact). The widening is inline PTX marked not pure, so that Triton's
+loop-invariant code motion does not hoist it back out of the row loop and the FP32 copies stay dead between rows. The
+plain loop (the decode sizes: a few rows per program, where a widening per row would only lengthen a row's path)
+widens them once, as the parent holds them: its configs compile to the parent's registers and SASS counts exactly.
 `harness inspect` (sm_90a, Triton 3.6's ptxas, T = 16384): the 4-warp ring takes 172 registers without a cap (the
 parent 226) and 168 with maxnreg 168 without spilling, so 3 programs per SM (12 warps) fit; its static SASS count is
-1653 against the parent's 1696 (162 conversions and 166 FP64 instructions in both). Four programs (maxnreg 128) spill
+1659 (1653 under the cap) against the parent's 1696 (162 conversions and 166 FP64 instructions in all three). Four programs (maxnreg 128) spill
 172 bytes and are not offered. Rows hold the same values as in the parent: the outputs are its bits.
 
 Floor, goals, numerics and launch: loads_first.py's header, whose code the parent is (T=16384: 671 MB -> 157.0 us at
@@ -265,6 +267,14 @@ def _to_bf16(x, PACKED: tl.constexpr):
 
 
 @triton.jit
+def _as_f32(w):
+    """A norm weight in FP32: held as BF16 (the ring's), widened here where a row uses it; held as FP32, itself."""
+    if w.dtype == tl.bfloat16:
+        w = _widen(w)
+    return w
+
+
+@triton.jit
 def _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_head, pre_w_tail, h_out_ptr, x_out_ptr,
               out_offset, head_cols, tail_cols, tail_mask, coef_h, coef_post, eps, N_COLS: tl.constexpr,
               HAS_TAIL: tl.constexpr, FOLD: tl.constexpr, PACKED: tl.constexpr, MIXED: tl.constexpr):  # fmt: skip
@@ -274,13 +284,13 @@ def _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_he
     y_head32 = y_head.to(tl.float32)
     y_tail32 = y_tail.to(tl.float32)
     inv_rms_y = _rsqrt(_mean_of_squares(y_head32, y_tail32, N_COLS, HAS_TAIL, FOLD, MIXED) + eps)
-    post_head = _to_bf16(y_head32 * inv_rms_y * _widen(post_w_head), PACKED)
+    post_head = _to_bf16(y_head32 * inv_rms_y * _as_f32(post_w_head), PACKED)
     # Depth-scaled residual: h*a and post*b each rounded to FP32, then the add (rounding point 2).
     h_new_head = _to_bf16(h_head.to(tl.float32) * coef_h + post_head.to(tl.float32) * coef_post, PACKED)
     tl.store(h_out_ptr + out_offset + head_cols, h_new_head)
     h_new_tail = h_new_head
     if HAS_TAIL:
-        post_tail = _to_bf16(y_tail32 * inv_rms_y * _widen(post_w_tail), PACKED)
+        post_tail = _to_bf16(y_tail32 * inv_rms_y * _as_f32(post_w_tail), PACKED)
         h_new_tail = _to_bf16(h_tail.to(tl.float32) * coef_h + post_tail.to(tl.float32) * coef_post, PACKED)
         tl.store(h_out_ptr + out_offset + tail_cols, h_new_tail, mask=tail_mask)
 
@@ -288,9 +298,9 @@ def _fuse_row(y_head, y_tail, h_head, h_tail, post_w_head, post_w_tail, pre_w_he
     h_new_head32 = h_new_head.to(tl.float32)
     h_new_tail32 = h_new_tail.to(tl.float32)
     inv_rms_h = _rsqrt(_mean_of_squares(h_new_head32, h_new_tail32, N_COLS, HAS_TAIL, FOLD, MIXED) + eps)
-    tl.store(x_out_ptr + out_offset + head_cols, (h_new_head32 * inv_rms_h * _widen(pre_w_head)).to(tl.bfloat16))
+    tl.store(x_out_ptr + out_offset + head_cols, (h_new_head32 * inv_rms_h * _as_f32(pre_w_head)).to(tl.bfloat16))
     if HAS_TAIL:
-        x_tail = (h_new_tail32 * inv_rms_h * _widen(pre_w_tail)).to(tl.bfloat16)
+        x_tail = (h_new_tail32 * inv_rms_h * _as_f32(pre_w_tail)).to(tl.bfloat16)
         tl.store(x_out_ptr + out_offset + tail_cols, x_tail, mask=tail_mask)
 
 
@@ -340,8 +350,8 @@ def _fuse_norm_ring_kernel(
     tail_cols = HEAD_ROWS * WIDTH + tl.arange(0, WIDTH)
     tail_mask = tail_cols < N_COLS
 
-    # The weights, once per program, as loaded (BF16): they stay in registers for every row it handles, widened
-    # to FP32 where a row uses them (_widen: header).
+    # The weights, once per program, as loaded (BF16): they stay in registers for every row it handles. The ring
+    # widens them where a row uses them (_as_f32, _widen: header); the plain loop once, below.
     post_w_head = tl.load(post_w_ptr + head_cols)
     pre_w_head = tl.load(pre_w_ptr + head_cols)
     post_w_tail = post_w_head  # placeholders; only read when HAS_TAIL
@@ -371,6 +381,10 @@ def _fuse_norm_ring_kernel(
         # No load moves below a barrier: without it ptxas issues the weights' and h's loads after y's sum of
         # squares, a second round trip (header).
         tl.debug_barrier()
+        # The plain loop holds the weights as FP32, as the parent does: it runs the decode sizes, a few rows per
+        # program, where a widening per row would only lengthen a row's path.
+        post_w_head, pre_w_head = post_w_head.to(tl.float32), pre_w_head.to(tl.float32)
+        post_w_tail, pre_w_tail = post_w_tail.to(tl.float32), pre_w_tail.to(tl.float32)
         for row in range(first, n_rows, step):
             nxt = row + step
             nxt64 = tl.cast(nxt, tl.int64)
