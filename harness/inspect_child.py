@@ -283,6 +283,31 @@ def _run_on(artifact: str | bytes, suffix: str, tool: str, *flags: str) -> subpr
     return out
 
 
+def error_text(error: BaseException, limit: int = 2000) -> str:
+    """What a failed compilation says, innermost cause first. Triton raises an error in a called @jit function as
+    a CompilationError at each call site up the chain, each the cause of the next; the outermost names only the
+    kernel's call line, and what went wrong is in the innermost. The call sites follow it, innermost first."""
+    chain: list[BaseException] = []
+    while error is not None and error not in chain:
+        chain.append(error)
+        error = error.__cause__
+    innermost = f"{type(chain[-1]).__name__}: {chain[-1]}".strip()
+    sites = [_call_site(str(e)) for e in reversed(chain[:-1])]
+    text = innermost + ("\nraised through: " + "; ".join(s for s in sites if s) if any(sites) else "")
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _call_site(message: str) -> str:
+    """'at 55:12: _fuse_row(y_head, ...' from a CompilationError's text: its location, then the source line
+    its caret marks (Triton prints the lines up to it, then the caret under its column)."""
+    lines = message.strip().splitlines()
+    if not lines:
+        return ""
+    caret = next((i for i, line in enumerate(lines) if line.strip() == "^"), None)
+    code = lines[caret - 1].strip() if caret else ""
+    return f"{lines[0]} {code}".strip()
+
+
 def compile_figures(fn: Any, sig: dict, consts: dict, divisible: list[str], options: dict[str, Any]) -> Figures:
     import triton
     from triton import knobs
@@ -443,7 +468,7 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
                                 figures=asdict(figures), signature=sig, after_launch=after)  # fmt: skip
                 except Exception as e:  # a config that does not compile is a finding, the others go on
                     report.emit("compile_error", shape=label, kernel=launch.kernel, config=described,
-                                message=f"{type(e).__name__}: {e}"[:2000])  # fmt: skip
+                                message=error_text(e))  # fmt: skip
     report.emit("done", violations=list(monitor.violations))
 
 

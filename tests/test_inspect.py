@@ -156,6 +156,59 @@ def test_fuse_norm_loads_first_plain_programs_make_one_round_trip_where_mixed_sq
     assert rings and all(trips["loads_first"][c] == trips["mixed_squares"][c] == (1, 0) for c in rings)
 
 
+def test_fuse_norm_narrow_weights_fits_three_ring_programs_per_sm_and_keeps_its_parents_plain_programs(tmp_path):
+    """fuse_norm/narrow_weights holds the norm weights as BF16 in its ring programs, widened per row: the 4-warp ring
+    needs fewer registers than replay_tuned's (which holds them as FP32) and fits 3 programs per SM under maxnreg 168
+    without spilling. Its plain programs widen the weights once, as the parent: the same registers and SASS."""
+    figures = {
+        candidate: {r.config: r.figures for r in _compiled(tmp_path, "fuse_norm", candidate, "T=16384")}
+        for candidate in ("replay_tuned", "narrow_weights")
+    }  # fmt: skip
+    parent, child = figures["replay_tuned"], figures["narrow_weights"]
+    four_warp_ring = "PROGRAMS_PER_SM=2, STAGES=3, RING=True, FOLD=False, MIXED=0, launch_pdl=True, warps=4, stages=3"
+    assert child[four_warp_ring]["registers"] <= parent[four_warp_ring]["registers"] - 40
+    three = [f for c, f in child.items() if "PROGRAMS_PER_SM=3" in c and "RING=True" in c]
+    assert len(three) == 2 and all(f["programs_per_sm"] == 3 and f["spill_store_bytes"] == 0 for f in three)
+    plain = [c for c in parent if "RING=False" in c]
+    assert len(plain) == 6
+    for config in plain:
+        same = ("registers", "spill_store_bytes", "loads", "stores", "sass")
+        assert {k: child[config][k] for k in same} == {k: parent[config][k] for k in same}, config
+
+
+def test_a_compile_error_in_a_called_function_is_recorded_with_its_own_message_first(tmp_path):
+    """Triton raises an error inside a @jit helper as a CompilationError at each call site, each the cause of the
+    next; the outermost says only where the kernel calls the helper. The record leads with the helper's error."""
+    result = harness("inspect", "task=fuse_norm", f"candidate={FIXTURES / 'inspect' / 'mixed_returns.py'}",
+                     f"results_dir={tmp_path}")  # fmt: skip
+    assert result.returncode == 1, result.stdout + result.stderr  # nothing compiled
+    (record,) = _records(tmp_path)
+    assert record.status == "compile_error" and record.kernel == "_copy_kernel"
+    first, *_, last = record.detail.splitlines()
+    assert first.startswith("CompilationError: at ") and "Inconsistent return types" in record.detail
+    assert last == "raised through: at 3:8: x = _maybe_widened(tl.load(src_ptr + offs, mask=offs < n), True)"
+    assert "Inconsistent return types" in result.stdout
+
+
+def test_error_text_puts_the_innermost_cause_first_and_bounds_its_length():
+    def raise_chain():
+        try:
+            try:
+                raise TypeError("the helper's own error")
+            except TypeError as inner:
+                raise ValueError("at 10:48:\n    post = _as_f32(w)\n           ^") from inner
+        except ValueError as middle:
+            raise RuntimeError("at 55:12:\n    _fuse_row(y, h)\n    ^") from middle
+
+    with pytest.raises(RuntimeError) as caught:
+        raise_chain()
+    first, through = inspect_child.error_text(caught.value).splitlines()
+    assert first == "TypeError: the helper's own error"
+    assert through == "raised through: at 10:48: post = _as_f32(w); at 55:12: _fuse_row(y, h)"
+    assert inspect_child.error_text(TypeError("x" * 5000), limit=100) == "TypeError: " + "x" * 86 + "..."
+    assert inspect_child.error_text(TypeError("alone")) == "TypeError: alone"
+
+
 def test_launch_arguments_are_specialized_as_on_the_gpu():
     import torch
     import triton.language as tl
