@@ -227,6 +227,35 @@ def compile_fallback(exc: BaseException) -> str | None:
             f"past it dynamo runs the reference eagerly, which is timed as `reference` ({exc})")[:1000]  # fmt: skip
 
 
+def error_text(error: BaseException, limit: int = 2000) -> str:
+    """An exception as a record's detail: its type and message; for Triton's CompilationError, its innermost cause
+    first, in one line. Triton raises an error in a called @jit function as a CompilationError at each call site up
+    the chain, each the cause of the next: the outermost names only the line where the kernel calls the first
+    helper, and what went wrong is in the innermost. Each prints its location, the function's source up to the line
+    it marks with a caret, and then (the innermost) the error; here a site is its location and that line, and the
+    call sites follow the innermost, innermost first."""
+    chain = [error]
+    while type(chain[-1]).__name__ == "CompilationError" and chain[-1].__cause__ not in (None, *chain):
+        chain.append(chain[-1].__cause__)
+    innermost = chain[-1]
+    text = f"{type(innermost).__name__}: {innermost}".strip()
+    if type(innermost).__name__ == "CompilationError" and (site := _call_site(str(innermost)))[1]:
+        text = f"{type(innermost).__name__}: {site[0]}: {site[1]}"
+    sites = [site[0] for e in reversed(chain[:-1]) if (site := _call_site(str(e)))[0]]
+    text += "\nraised through: " + "; ".join(sites) if sites else ""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _call_site(message: str) -> tuple[str, str]:
+    """('at 55:12: _fuse_row(y_head, ...', what follows the caret) from a CompilationError's text: its location and
+    the source line its caret marks, and the error message printed after it (empty at an outer call site)."""
+    lines = message.strip().splitlines()
+    caret = next((i for i, line in enumerate(lines) if line.strip() == "^"), None)
+    if not lines or not caret:
+        return (lines[0] if lines else "", "")
+    return f"{lines[0]} {lines[caret - 1].strip()}", " ".join(line.strip() for line in lines[caret + 1 :]).strip()
+
+
 def _classify(exc: BaseException) -> str:
     text = f"{type(exc).__name__}: {exc}"
     if "CUDA error" in text or type(exc).__name__ == "AcceleratorError" or "cudaError" in text:
@@ -418,7 +447,7 @@ def parity_loop(
                 fallback = compile_fallback(e) if trusted else None
                 status = "baseline_unavailable" if fallback else _classify(e)
                 report.emit("call_error", impl=impl, shape=shape_label, seed=seed, status=status,
-                            message=fallback or f"{type(e).__name__}: {e}"[:2000],
+                            message=fallback or error_text(e),
                             traceback=traceback.format_exc()[-6000:], violations=violations())  # fmt: skip
                 if status == "cuda_fault":
                     return  # the CUDA context is dead: nothing more can run in this process

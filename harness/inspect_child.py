@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from harness import sandbox
-from harness.child import Reporter, import_candidate, library_roots_of
+from harness.child import Reporter, error_text, import_candidate, library_roots_of
 from harness.child import main as child_main
 
 # sm_90 (H100 / H200), per SM: CUDA C Programming Guide, "Technical Specifications per Compute Capability".
@@ -281,31 +281,6 @@ def _run_on(artifact: str | bytes, suffix: str, tool: str, *flags: str) -> subpr
     if out.returncode != 0:
         raise RuntimeError(f"{os.path.basename(tool)} failed: {out.stderr[-2000:]}")
     return out
-
-
-def error_text(error: BaseException, limit: int = 2000) -> str:
-    """What a failed compilation says, innermost cause first. Triton raises an error in a called @jit function as
-    a CompilationError at each call site up the chain, each the cause of the next; the outermost names only the
-    kernel's call line, and what went wrong is in the innermost. The call sites follow it, innermost first."""
-    chain: list[BaseException] = []
-    while error is not None and error not in chain:
-        chain.append(error)
-        error = error.__cause__
-    innermost = f"{type(chain[-1]).__name__}: {chain[-1]}".strip()
-    sites = [_call_site(str(e)) for e in reversed(chain[:-1])]
-    text = innermost + ("\nraised through: " + "; ".join(s for s in sites if s) if any(sites) else "")
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _call_site(message: str) -> str:
-    """'at 55:12: _fuse_row(y_head, ...' from a CompilationError's text: its location, then the source line
-    its caret marks (Triton prints the lines up to it, then the caret under its column)."""
-    lines = message.strip().splitlines()
-    if not lines:
-        return ""
-    caret = next((i for i, line in enumerate(lines) if line.strip() == "^"), None)
-    code = lines[caret - 1].strip() if caret else ""
-    return f"{lines[0]} {code}".strip()
 
 
 def compile_figures(fn: Any, sig: dict, consts: dict, divisible: list[str], options: dict[str, Any]) -> Figures:

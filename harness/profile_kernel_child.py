@@ -157,7 +157,7 @@ def warm_up(torch, task, launcher, label: str, request: dict[str, Any]) -> dict[
 
 
 def _failure(e: BaseException) -> dict[str, Any]:
-    return {"status": child._classify(e), "message": f"{type(e).__name__}: {e}"[:2000],
+    return {"status": child._classify(e), "message": child.error_text(e),
             "traceback": traceback.format_exc()[-6000:]}  # fmt: skip
 
 

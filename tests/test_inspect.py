@@ -184,29 +184,42 @@ def test_a_compile_error_in_a_called_function_is_recorded_with_its_own_message_f
     assert result.returncode == 1, result.stdout + result.stderr  # nothing compiled
     (record,) = _records(tmp_path)
     assert record.status == "compile_error" and record.kernel == "_copy_kernel"
-    first, *_, last = record.detail.splitlines()
-    assert first.startswith("CompilationError: at ") and "Inconsistent return types" in record.detail
-    assert last == "raised through: at 3:8: x = _maybe_widened(tl.load(src_ptr + offs, mask=offs < n), True)"
+    assert record.detail.splitlines() == [
+        "CompilationError: at 4:4: return x: TypeError(\"Inconsistent return types: <['1024'], fp32> and <['1024'], "
+        'bf16>")',
+        "raised through: at 3:8: x = _maybe_widened(tl.load(src_ptr + offs, mask=offs < n), True)",
+    ]
     assert "Inconsistent return types" in result.stdout
 
 
-def test_error_text_puts_the_innermost_cause_first_and_bounds_its_length():
-    def raise_chain():
+def test_error_text_leads_with_a_compilation_errors_innermost_cause_and_bounds_its_length():
+    """harness/child.error_text, the detail of a parity call's, an inspection's or a profile's failure: a chain of
+    Triton CompilationErrors (one per call site) reads innermost first; any other exception as it is."""
+    from harness.child import error_text
+
+    class CompilationError(Exception):  # Triton's, matched by name (the parent never imports triton)
+        pass
+
+    def raise_chain(outer_type):
         try:
             try:
-                raise TypeError("the helper's own error")
-            except TypeError as inner:
-                raise ValueError("at 10:48:\n    post = _as_f32(w)\n           ^") from inner
-        except ValueError as middle:
-            raise RuntimeError("at 55:12:\n    _fuse_row(y, h)\n    ^") from middle
+                raise CompilationError("at 5:4:\n    return w\n    ^\nTypeError('Inconsistent return types')")
+            except CompilationError as inner:
+                raise CompilationError("at 10:48:\n    post = _as_f32(w)\n           ^") from inner
+        except CompilationError as middle:
+            raise outer_type("at 55:12:\n    _fuse_row(y, h)\n    ^") from middle
 
-    with pytest.raises(RuntimeError) as caught:
-        raise_chain()
-    first, through = inspect_child.error_text(caught.value).splitlines()
-    assert first == "TypeError: the helper's own error"
-    assert through == "raised through: at 10:48: post = _as_f32(w); at 55:12: _fuse_row(y, h)"
-    assert inspect_child.error_text(TypeError("x" * 5000), limit=100) == "TypeError: " + "x" * 86 + "..."
-    assert inspect_child.error_text(TypeError("alone")) == "TypeError: alone"
+    with pytest.raises(CompilationError) as caught:
+        raise_chain(CompilationError)
+    assert error_text(caught.value).splitlines() == [
+        "CompilationError: at 5:4: return w: TypeError('Inconsistent return types')",
+        "raised through: at 10:48: post = _as_f32(w); at 55:12: _fuse_row(y, h)",
+    ]
+    with pytest.raises(ValueError) as caught:  # not Triton's: its own message, not its cause's
+        raise_chain(ValueError)
+    assert error_text(caught.value) == "ValueError: at 55:12:\n    _fuse_row(y, h)\n    ^"
+    assert error_text(TypeError("x" * 5000), limit=100) == "TypeError: " + "x" * 86 + "..."
+    assert error_text(TypeError("alone")) == "TypeError: alone"
 
 
 def test_launch_arguments_are_specialized_as_on_the_gpu():
