@@ -242,7 +242,7 @@ def error_text(error: BaseException, limit: int = 2000) -> str:
     if type(innermost).__name__ == "CompilationError" and (site := _call_site(str(innermost)))[1]:
         text = f"{type(innermost).__name__}: {site[0]}: {site[1]}"
     sites = [site[0] for e in reversed(chain[:-1]) if (site := _call_site(str(e)))[0]]
-    text += "\nraised through: " + "; ".join(sites) if sites else ""
+    text += ("\nraised through: " + "; ".join(sites)) if sites else ""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
