@@ -385,6 +385,11 @@ def gpu_of(record: PromotionRecord) -> str:
     return str(record.environment.get("device", ""))
 
 
+def on_gpu(gpu: str | None) -> str:
+    """' on the <gpu>' for a line naming where a promotion was decided; '' where no GPU is named."""
+    return f" on the {gpu}" if gpu else ""
+
+
 def latest_by_gpu(task: str, results_dir: Path | str | None = None) -> dict[str, PromotionRecord]:
     """Every GPU with a promotion history of its own for `task` -> its newest record: the promotion in force
     there, or the withdrawal that left none. Ordered by those records, oldest first (`promoted`)."""

@@ -46,10 +46,10 @@ def _nothing_in_force(task: str, results_dir: Path | str) -> RehashError:
 
 def carried_promotions(task: str, results_dir: Path | str, repo: Path = REPO_ROOT) -> list[PromotionRecord]:
     """`carried_promotion` of every GPU with a promotion of its own in force (none where all hold their bytes)."""
-    gpus = [gpu for gpu, r in promote.latest_by_gpu(task, results_dir).items() if r.action == "promote"]
-    if not gpus:
+    in_force = [r for r in promote.latest_by_gpu(task, results_dir).values() if r.action == "promote"]
+    if not in_force:
         raise _nothing_in_force(task, results_dir)
-    return [r for gpu in gpus if (r := carried_promotion(task, results_dir, repo, gpu)) is not None]
+    return [r for current in in_force if (r := _carry(task, current, results_dir, repo)) is not None]
 
 
 def carried_promotion(task: str, results_dir: Path | str, repo: Path = REPO_ROOT,
@@ -60,6 +60,11 @@ def carried_promotion(task: str, results_dir: Path | str, repo: Path = REPO_ROOT
     current = promote.promoted(task, results_dir, gpu)
     if current is None:
         raise _nothing_in_force(task, results_dir)
+    return _carry(task, current, results_dir, repo)
+
+
+def _carry(task: str, current: PromotionRecord, results_dir: Path | str, repo: Path) -> PromotionRecord | None:
+    """carried_promotion of the promotion `current`."""
     path = promoted_source.full_path(repo, current)
     if not path.is_file():
         raise RehashError(f"the promoted kernel's file `{current.path}` does not exist")
@@ -121,7 +126,7 @@ def main(settings: RehashSettings) -> int:
     target = task_results_dir(results_dir, task.name) / PROMOTIONS_FILE
     for record in records:
         append(target, record)
-        on = f" on the {promote.gpu_of(record)}" if promote.gpu_of(record) else ""
+        on = promote.on_gpu(promote.gpu_of(record))
         print(f"{task.name}: {record.candidate} now in force{on} as {record.content_hash[:12]} "
               f"(same code as {record.same_code_as[:12]}); appended to {target}")  # fmt: skip
     return 0

@@ -416,9 +416,8 @@ def task_section(t: TaskReview, checks: Sequence[tuple[str, str]]) -> list[Block
         blocks.append(Para("Promoted before this review: none."))
     else:
         beside = f", evaluated beside as `{t.promoted_name}`" if t.promoted_name else ""
-        on = f" on the {promote.gpu_of(p)}" if promote.gpu_of(p) else ""
         blocks.append(Para(f"Promoted before this review: `{p.candidate}` (`{short(p.content_hash)}`, `{p.path}`) "
-                           f"since run `{p.run_id}`{on}{beside}."))  # fmt: skip
+                           f"since run `{p.run_id}`{promote.on_gpu(promote.gpu_of(p))}{beside}."))  # fmt: skip
     if t.promoted_note:
         blocks.append(Para(t.promoted_note, cls="note"))
     if t.promotion_reason:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from harness import promote
 from harness.journal import ItemRecord
 from harness.report import environment_section, goals_table, short, us
 from harness.report_doc import Block, Bullets, Heading, Para, Table, render_html, render_markdown
@@ -45,7 +46,7 @@ def _task_blocks(r: ItemRecord) -> list[Block]:
                        f"{d.get('policy')} parity policy, shapes {shapes}; {r.wall_s:.1f} s."))  # fmt: skip
     before = d.get("promoted_before")
     if before:
-        on = f" on the {before['gpu']}" if before.get("gpu") else ""
+        on = promote.on_gpu(before.get("gpu"))
         blocks.append(Para(f"Promoted when the run started: `{before['candidate']}` (`{short(before['hash'])}`, "
                            f"`{before['path']}`, since run `{before['run_id']}`{on})."))  # fmt: skip
     else:

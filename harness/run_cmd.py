@@ -234,7 +234,7 @@ def _standing_lines(task: str, root: Path, why: bool) -> list[str]:
     goals against its records."""
     lines = []
     for gpu, latest in promote.latest_by_gpu(task, root).items():
-        on = f" on the {gpu}" if gpu else ""
+        on = promote.on_gpu(gpu)
         if latest.action == "promote":
             lines.append(f"Promoted{on}: {latest.candidate} ({latest.content_hash[:12]}, {latest.path}) since run "
                          f"{latest.run_id}" + (f": {latest.reason}" if why else ""))  # fmt: skip
