@@ -17,11 +17,20 @@ plain loop (the decode sizes: a few rows per program, where a widening per row w
 widens them once, as the parent holds them: its configs compile to the parent's registers and SASS counts exactly.
 `harness inspect` (sm_90a, Triton 3.6's ptxas, T = 16384): the 4-warp ring takes 172 registers without a cap (the
 parent 226) and 168 with maxnreg 168 without spilling, so 3 programs per SM (12 warps) fit; its static SASS count is
-1659 (1653 under the cap) against the parent's 1696 (162 conversions and 166 FP64 instructions in all three). Four programs (maxnreg 128) spill
-172 bytes and are not offered. Rows hold the same values as in the parent: the outputs are its bits.
+1659 (1653 under the cap) against the parent's 1696 (162 conversions and 166 FP64 instructions in all three). Four
+programs (maxnreg 128) spill 172 bytes and are not offered. Rows hold the same values as in the parent: the outputs
+are its bits.
 
 Floor, goals, numerics and launch: loads_first.py's header, whose code the parent is (T=16384: 671 MB -> 157.0 us at
-4275 GB/s; goals T = 1 <= 2.3 us bit-exact, T = 16384 <= 165 us). Measured: not yet on a GPU.
+4275 GB/s; goals T = 1 <= 2.3 us bit-exact, T = 16384 <= 165 us).
+
+Measured on an H100 only (forty-fourth session, `harness run task=fuse_norm "candidates=[narrow_weights,replay_tuned]"
+bench.max_seconds=3`, run 20261205T213958-d9e3d1, 8ca06fb; the device lent no H200): parity passes on the GPU with
+the parent's bits (0 ulp at every shape but T = 64, 1 ulp on 2 of 1,966,080 elements there as the parent), and p50 us
+against replay_tuned beside it: T=1 2.24 / 2.24, T=3 2.64 / 2.65, T=8 2.84 / 2.82, T=64 3.79 / 3.78, T=1000 13.28 /
+13.28, T=16384 236.82 / 236.79 (95% of one kernel moving the same bytes). Not promoted: on the H100 both autotuners
+take the plain loop (2 programs per SM) at T = 16384, where the H200 took the parent's 2-program ring, so the third
+ring program went unused. Whether it buys time on the H200 (replay_tuned 170.20 us there) is still to be measured.
 
 Shape legend: T tokens, D hidden.
 """
