@@ -45,26 +45,19 @@ def _nothing_in_force(task: str, results_dir: Path | str) -> RehashError:
 
 
 def carried_promotions(task: str, results_dir: Path | str, repo: Path = REPO_ROOT) -> list[PromotionRecord]:
-    """`carried_promotion` of every GPU with a promotion of its own in force (none where all hold their bytes)."""
+    """`carried_promotion` of every GPU with a promotion of its own in force (none where all hold their bytes).
+    Raises RehashError where no GPU has one."""
     in_force = [r for r in promote.latest_by_gpu(task, results_dir).values() if r.action == "promote"]
     if not in_force:
         raise _nothing_in_force(task, results_dir)
-    return [r for current in in_force if (r := _carry(task, current, results_dir, repo)) is not None]
+    return [r for current in in_force if (r := carried_promotion(task, current, results_dir, repo)) is not None]
 
 
-def carried_promotion(task: str, results_dir: Path | str, repo: Path = REPO_ROOT,
-                      gpu: str | None = None) -> PromotionRecord | None:  # fmt: skip
-    """The record that moves `task`'s promotion in force on `gpu` (promote.promoted) to the bytes now at its
-    path (None: they are the promoted bytes already). Raises RehashError when there is no promotion, no file,
-    no promoted bytes to compare with, or code that differs."""
-    current = promote.promoted(task, results_dir, gpu)
-    if current is None:
-        raise _nothing_in_force(task, results_dir)
-    return _carry(task, current, results_dir, repo)
-
-
-def _carry(task: str, current: PromotionRecord, results_dir: Path | str, repo: Path) -> PromotionRecord | None:
-    """carried_promotion of the promotion `current`."""
+def carried_promotion(task: str, current: PromotionRecord, results_dir: Path | str, repo: Path = REPO_ROOT
+                      ) -> PromotionRecord | None:  # fmt: skip
+    """The record that moves the promotion `current` (in force on its GPU) to the bytes now at its path (None: they
+    are the promoted bytes already). Raises RehashError when there is no file, no promoted bytes to compare with,
+    or code that differs."""
     path = promoted_source.full_path(repo, current)
     if not path.is_file():
         raise RehashError(f"the promoted kernel's file `{current.path}` does not exist")

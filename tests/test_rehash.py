@@ -15,7 +15,7 @@ from harness.nightly_checks import TaskEvidence, assess
 from harness.optimized_model import CandidateChoice, load_candidate_op
 from harness.records import PROMOTIONS_FILE, EvaluationRecord, PromotionRecord, Status, Timing, append
 from harness.regression import Thresholds
-from harness.rehash import RehashError, RehashSettings, carried_promotion, carried_promotions, main
+from harness.rehash import RehashError, RehashSettings, carried_promotions, main
 from harness.report import Change, profile_section
 
 KERNEL = '''"""output_gate, written out. Not yet run on a GPU."""
@@ -83,11 +83,11 @@ def test_the_code_hash_ignores_docstrings_comments_and_layout_and_nothing_else()
 
 def test_rehash_moves_the_promotion_to_a_documentation_only_edit(repo):
     results = repo / "results"
-    assert carried_promotion("output_gate", results, repo) is None  # the file holds the promoted bytes
+    assert carried_promotions("output_gate", results, repo) == []  # the file holds the promoted bytes
     (repo / PATH).write_text(_docs_edited(KERNEL))
     before = promote.promoted("output_gate", results)
     assert "harness rehash task=output_gate" in promoted_source.loadable_problem(repo, before)
-    record = carried_promotion("output_gate", results, repo)
+    (record,) = carried_promotions("output_gate", results, repo)
     assert record.content_hash == content_hash((repo / PATH).read_bytes())
     assert record.same_code_as == before.content_hash
     assert (record.evidence, record.speedups, record.environment, record.run_id) == (
@@ -103,7 +103,7 @@ def test_rehash_moves_the_promotion_to_a_documentation_only_edit(repo):
     # A second edit carries it again; the reason names the promotion the evidence was measured for, once.
     git(repo, "commit", "-q", "-am", "header")
     (repo / PATH).write_text(_docs_edited(KERNEL) + "# a last comment\n")
-    again = carried_promotion("output_gate", results, repo)
+    (again,) = carried_promotions("output_gate", results, repo)
     assert again.same_code_as == record.content_hash and again.reason.count("documentation-only") == 1
     append(results / "output_gate" / PROMOTIONS_FILE, again)
     chain = promote.same_code_chain("output_gate", again, results)
@@ -146,22 +146,22 @@ def test_rehash_refuses_a_code_change_naming_what_changed_and_says_why_else(repo
     results = repo / "results"
     (repo / PATH).write_text(_docs_edited(KERNEL).replace("SCALE = 1.0", "SCALE = 1.5"))
     with pytest.raises(RehashError, match=r"changes code, not only docstrings or comments.*`SCALE`.*harness run"):
-        carried_promotion("output_gate", results, repo)
+        carried_promotions("output_gate", results, repo)
     promotion = promote.promoted("output_gate", results)
     assert "harness rehash" not in promoted_source.loadable_problem(repo, promotion)
     (repo / PATH).write_text("def output_gate(:\n")
     with pytest.raises(RehashError, match="not valid Python"):
-        carried_promotion("output_gate", results, repo)
+        carried_promotions("output_gate", results, repo)
     (repo / PATH).unlink()
     with pytest.raises(RehashError, match="does not exist"):
-        carried_promotion("output_gate", results, repo)
+        carried_promotions("output_gate", results, repo)
     with pytest.raises(RehashError, match="has no promotion in force"):
-        carried_promotion("dense_act", results, repo)
+        carried_promotions("dense_act", results, repo)
     elsewhere = tmp_path / "not_a_repo"  # the promoted bytes are in no git history
     (elsewhere / PATH).parent.mkdir(parents=True)
     (elsewhere / PATH).write_text(_docs_edited(KERNEL))
     with pytest.raises(RehashError, match="nothing to compare the code with"):
-        carried_promotion("output_gate", results, elsewhere)
+        carried_promotions("output_gate", results, elsewhere)
     assert main(RehashSettings(task="")) == 1 and "task is required" in capsys.readouterr().err
     assert main(RehashSettings(task="output_gate", results_dir=str(tmp_path / "none"))) == 1
     assert "has no promotion in force" in capsys.readouterr().err
@@ -227,7 +227,8 @@ def test_review_shows_the_kernel_profiles_of_the_same_code_for_a_documentation_o
     assert same_code(KERNEL.replace("SCALE = 1.0", "SCALE = 3.0"), promotion) == ()  # other code
     other = Change("output_gate", "candidate_kernels/output_gate/other.py", "added")
     assert same_code(_docs_edited(KERNEL), promotion, other) == ()  # not the promoted file
-    append(results / "output_gate" / PROMOTIONS_FILE, carried_promotion("output_gate", results, repo))
+    (record,) = carried_promotions("output_gate", results, repo)
+    append(results / "output_gate" / PROMOTIONS_FILE, record)
     carried = promote.promoted("output_gate", results)
     assert same_code(_docs_edited(KERNEL), carried) == (promotion.content_hash,)  # rehashed: through the chain
 
