@@ -27,6 +27,9 @@ uses, the 8 chosen experts only, the LM head, the KV cache at `context`) over th
 measured in the same process; kernels launched per dense and per MoE layer in one eager decode
 step (torch.profiler kernel events inside the "L{l}.attention" + "L{l}.mlp"/"L{l}.moe" ranges);
 the first decode step's logits of every variant against the reference's (a wiring check).
+A variant or a phase that fails (beam-slice's prefill runs out of memory on an 80 GB GPU) is recorded
+with its error, the rest is still timed and written, and the exit status is 1; running out of memory
+names the sizes that asked for it and the settings that shrink them.
 Records: results/model_bench/records.jsonl (one line per run, environment and reproducing
 command), a PNG chart (<run>_waterfall.png, or <run>_variants.png with waterfall=false: the peers and
 the optimized model alone) and a Markdown summary beside it (harness/bench_model_report.py).
@@ -44,6 +47,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
@@ -78,7 +82,7 @@ class BenchModelSettings:
     context: int = 0  # cached tokens per sequence before a step; 0: 100352 on the GPU, 24 on the CPU
     decode_steps: int = 0  # consecutive decode steps per timed window; 0: 20 (GPU), 2 (CPU)
     decode_windows: int = 0  # timed windows per variant, each from the same cache state (median); 0: 5 / 1
-    prefill_seqs: int = 0  # 0: 8 (GPU), 2 (CPU)
+    prefill_seqs: int = 0  # sequences in one prefill; 0: 8 (GPU), 2 (CPU)
     prefill_len: int = 0  # new tokens per sequence; 0: 2048 (GPU), 6 (CPU)
     prefill_repeats: int = 2  # timed prefills per variant, after one warm-up
     candidates: str = "promoted"  # "promoted": the promotion records; "present": each task's first file
@@ -341,6 +345,9 @@ def count_kernels(model: Beam, decode: DecodeBench, configs: dict[str, tuple[Mod
     return counts
 
 
+_Bench = TypeVar("_Bench", DecodeBench, PrefillBench)
+
+
 def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, bool]],
                 count_configs: dict[str, tuple[ModelOps, bool]], echo: Callable[[str], None], began: float
                 ) -> tuple[dict[str, Measurement], dict[str, dict | None], list[str]]:  # fmt: skip
@@ -349,45 +356,76 @@ def measure_all(model: Beam, plan: Plan, runs: list[tuple[Variant, ModelOps, boo
     must not cost the whole GPU run. Progress lines carry the seconds since `began`."""
     results = {v.name: Measurement() for v, _, _ in runs}
     failures: list[str] = []
-    decode = DecodeBench(model, plan)
-    counts = count_kernels(model, decode, count_configs, failures)
-    echo(f"  {_since(began)} kernels counted: {', '.join(count_configs)}")
-    for variant, ops, packed in runs:
-        m = results[variant.name]
-        try:
-            apply_variant(model, ops, packed)
-            graph = plan.on_gpu and "cuda_graph" in variant.changes
-            m.decode_ms_windows, first = decode.run(graph)
-            m.decode_ms = statistics.median(m.decode_ms_windows)
-            if decode.reference_logits is None:
-                decode.reference_logits = first
-            diff = first - decode.reference_logits
-            m.decode_logits_err = float(diff.double().norm() / decode.reference_logits.double().norm())
-        except Exception as e:  # the variant's failure is data; the harness goes on with the others
-            m.errors.append(f"decode: {error_line(e, 300)}")
-            echo(traceback.format_exc(limit=3))
-        echo(f"  {_since(began)} decode  {variant.name:<24} {_fmt(m.decode_ms)} ms")
+    counts: dict[str, dict | None] = dict.fromkeys(count_configs)
+    decode = _set_up("decode", DecodeBench, model, plan, results, echo, began)
+    if decode is not None:
+        counts = count_kernels(model, decode, count_configs, failures)
+        echo(f"  {_since(began)} kernels counted: {', '.join(count_configs)}")
+        for variant, ops, packed in runs:
+            m = results[variant.name]
+            try:
+                apply_variant(model, ops, packed)
+                graph = plan.on_gpu and "cuda_graph" in variant.changes
+                m.decode_ms_windows, first = decode.run(graph)
+                m.decode_ms = statistics.median(m.decode_ms_windows)
+                if decode.reference_logits is None:
+                    decode.reference_logits = first
+                diff = first - decode.reference_logits
+                m.decode_logits_err = float(diff.double().norm() / decode.reference_logits.double().norm())
+            except Exception as e:  # the variant's failure is data; the harness goes on with the others
+                m.errors.append(failure_text("decode", e, plan))
+                echo(traceback.format_exc(limit=3))
+            echo(f"  {_since(began)} decode  {variant.name:<24} {_fmt(m.decode_ms)} ms")
     del decode
     _release(plan.device)
-    prefill = PrefillBench(model, plan)
-    reuse: dict[tuple, list[float]] = {}
-    for variant, ops, packed in runs:
-        m = results[variant.name]
-        key = (id(ops) if variant.compiled else tuple(c for c in variant.changes if c != "cuda_graph"), packed)
-        try:
-            if key not in reuse:  # the graph does not change prefill: "+cuda_graph" reuses the reference's
-                apply_variant(model, ops, packed)
-                reuse[key] = prefill.run()
-            m.prefill_ms_repeats = reuse[key]
-            m.prefill_ms = statistics.median(m.prefill_ms_repeats)
-        except Exception as e:
-            m.errors.append(f"prefill: {error_line(e, 300)}")
-            echo(traceback.format_exc(limit=3))
-        echo(f"  {_since(began)} prefill {variant.name:<24} {_fmt(m.prefill_ms)} ms")
+    prefill = _set_up("prefill", PrefillBench, model, plan, results, echo, began)
+    if prefill is not None:
+        reuse: dict[tuple, list[float]] = {}
+        for variant, ops, packed in runs:
+            m = results[variant.name]
+            key = (id(ops) if variant.compiled else tuple(c for c in variant.changes if c != "cuda_graph"), packed)
+            try:
+                if key not in reuse:  # the graph does not change prefill: "+cuda_graph" reuses the reference's
+                    apply_variant(model, ops, packed)
+                    reuse[key] = prefill.run()
+                m.prefill_ms_repeats = reuse[key]
+                m.prefill_ms = statistics.median(m.prefill_ms_repeats)
+            except Exception as e:
+                m.errors.append(failure_text("prefill", e, plan))
+                echo(traceback.format_exc(limit=3))
+            echo(f"  {_since(began)} prefill {variant.name:<24} {_fmt(m.prefill_ms)} ms")
     del prefill
     _release(plan.device)
     apply_variant(model, REFERENCE_OPS, False)
     return results, counts, failures
+
+
+def _set_up(phase: str, bench: Callable[[Beam, Plan], _Bench], model: Beam, plan: Plan,
+            results: dict[str, Measurement], echo: Callable[[str], None], began: float) -> _Bench | None:  # fmt: skip
+    """The phase's cache and inputs (`bench(model, plan)`), or None when they cannot be made: that
+    failure (running out of memory, most often) is then every variant's, recorded, and the run goes on."""
+    try:
+        return bench(model, plan)
+    except Exception as e:
+        text = failure_text(phase, e, plan)
+        for m in results.values():
+            m.errors.append(text)
+        echo(f"  {_since(began)} {phase} not timed: {text}")
+        _release(plan.device)
+        return None
+
+
+def failure_text(phase: str, e: BaseException, plan: Plan) -> str:
+    """A phase's failure as the record carries it; running out of GPU memory names the sizes that asked
+    for it and the settings that make them smaller."""
+    if not isinstance(e, torch.OutOfMemoryError):
+        return f"{phase}: {error_line(e, 300)}"
+    if phase == "decode":
+        size, knobs = f"one sequence at a {plan.context}-token context", "context"
+    else:
+        size = f"{plan.prefill_seqs} x {plan.prefill_len} new tokens at a {plan.context}-token context"
+        knobs = "prefill_seqs, prefill_len or context"
+    return f"{phase}: out of GPU memory for {size} ({plan.preset}; smaller {knobs} may fit): {error_line(e, 160)}"
 
 
 def _since(began: float) -> str:
@@ -450,6 +488,8 @@ def bench(settings: BenchModelSettings, echo: Callable[[str], None] = print) -> 
     paths = report.write(record, Path(settings.out))
     echo(f"  {_since(began)} record, summary and chart written")
     echo(report.console_table(record.to_dict()))
+    for failure in record.failures:
+        echo(f"failed: {failure}")
     echo(f"records: {paths['records']}\nsummary: {paths['summary']}\nchart:   {paths['chart']}")
     return 0 if not record.failures else 1
 

@@ -201,8 +201,9 @@ def console_table(record: dict[str, Any]) -> str:
             f"{r['name']:<24} {_cell(r['decode_ms'], '10.3f')} {_cell(r['decode_speedup_vs_reference'], '6.2f')} "
             f"{_cell(r['decode_speedup_vs_compiled'], '7.2f')} {_cell(r['prefill_ms'], '11.2f')} "
             f"{_cell(r['prefill_speedup_vs_reference'], '6.2f')} {_cell(r['prefill_speedup_vs_compiled'], '7.2f')} "
-            f"{_cell(r['decode_logits_err'], '9.2g')}" + ("  FAILED: " + "; ".join(r["errors"]) if r["errors"] else "")
-        )
+            f"{_cell(r['decode_logits_err'], '9.2g')}"
+            + ("  FAILED: " + ", ".join(e.split(":", 1)[0] for e in r["errors"]) if r["errors"] else "")
+        )  # the phases only: the errors follow the table (Failures)
     if record["floor"]:
         f = record["floor"]
         lines.append(

@@ -142,6 +142,42 @@ def test_bench_model_runs_on_cpu_and_writes_record_chart_and_summary(tmp_path, c
     assert [float(s) for s, _ in stamped] == sorted(float(s) for s, _ in stamped)
 
 
+@pytest.mark.parametrize(("phase", "where"), [("decode", "__init__"), ("prefill", "__init__"), ("prefill", "run")])
+def test_a_phase_that_runs_out_of_memory_is_every_variants_recorded_failure_and_the_other_phase_runs(
+    phase, where, tmp_path, monkeypatch, capsys
+):
+    """As beam-slice's prefill on an 80 GB GPU: the phase's cache and inputs cannot be made (__init__),
+    or each variant's prefill fails (run). The run still times the other phase, writes its record, and
+    says which sizes to make smaller."""
+
+    def out_of_memory(self, *args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.34 GiB. GPU 0 has a total capacity")
+
+    bench = {"decode": bench_model.DecodeBench, "prefill": bench_model.PrefillBench}[phase]
+    monkeypatch.setattr(bench, where, out_of_memory)
+    settings = BenchModelSettings(waterfall=False, out=str(tmp_path / "out"), results_dir=str(tmp_path / "none"))
+    assert bench_model.bench(settings) == 1  # a failure is the exit status, not a crash
+    record = json.loads((tmp_path / "out" / "records.jsonl").read_text())
+    sizes = {"decode": "one sequence at a 24-token context (beam-tiny; smaller context may fit)",
+             "prefill": "2 x 6 new tokens at a 24-token context (beam-tiny; smaller prefill_seqs, prefill_len or "
+                        "context may fit)"}[phase]  # fmt: skip
+    want = f"{phase}: out of GPU memory for {sizes}: OutOfMemoryError: CUDA out of memory. Tried to allocate 2.34 GiB."
+    other = "prefill" if phase == "decode" else "decode"
+    assert [v["name"] for v in record["variants"]] == ["reference", "optimized"]
+    for v in record["variants"]:
+        assert v[f"{phase}_ms"] is None and v[f"{other}_ms"] > 0, v
+        assert [e[: len(want)] for e in v["errors"]] == [want], v["errors"]
+    assert record["failures"] == [f"{v['name']}: {v['errors'][0]}" for v in record["variants"]]
+    assert (record["kernel_counts"]["optimized"] is None) == (phase == "decode")  # counting needs the decode cache
+    out = capsys.readouterr().out
+    assert (f"{phase} not timed: {want}" in out) == (where == "__init__")
+    table = bench_model_report.console_table(record)
+    assert re.search(rf"^optimized .*  FAILED: {phase}$", table, re.MULTILINE), table  # the errors follow the table
+    assert f"failed: optimized: {want}" in out
+    summary = (tmp_path / "out" / f"{record['run_id']}.md").read_text()
+    assert f"## Failures\n\n- reference: {want}" in summary
+
+
 def test_an_unknown_task_in_ops_names_the_known_ones(tmp_path):
     settings = BenchModelSettings(ops=("output_gates:reference",), out=str(tmp_path))
     with pytest.raises(ValueError, match=r"task 'output_gates' unknown; known: \["):
