@@ -411,8 +411,7 @@ def _set_up(phase: str, bench: Callable[[Beam, Plan], _Bench], model: Beam, plan
         for m in results.values():
             m.errors.append(text)
         echo(f"  {_since(began)} {phase} not timed: {text}")
-        _release(plan.device)
-        return None
+        return None  # the caller releases the cached memory once the phase is over
 
 
 def failure_text(phase: str, e: BaseException, plan: Plan) -> str:
