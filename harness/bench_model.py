@@ -440,11 +440,16 @@ def _release(device: torch.device) -> None:
         torch.cuda.empty_cache()
 
 
-def build_runs(plan: Plan, model: Beam, echo: Callable[[str], None]) -> tuple[list, OptimizedOps, dict]:
-    """(variant, ops, packed) for every variant, the full optimized ops, and the library paths."""
+def build_runs(plan: Plan, model: Beam, echo: Callable[[str], None], began: float) -> tuple[list, OptimizedOps, dict]:
+    """(variant, ops, packed) for every variant, the full optimized ops, and the library paths; a
+    progress line, stamped from `began`, after each step (on fresh GPU machines they took 138-206 s in all)."""
     cfg, s = model.cfg, plan.settings
+
+    def step(what: str) -> None:
+        echo(f"  {_since(began)} {what}")
+
     choices = choose_candidates(s, environment.gpu() if plan.on_gpu else None)
-    library = library_paths.library_ops(plan.device, cfg) if s.libraries else {}
+    library = library_paths.library_ops(plan.device, cfg, step) if s.libraries else {}
     changes = available_changes(choices, library, plan.on_gpu)
     runs = []
     for v in variants(changes, s.waterfall, s.compile_peer and plan.on_gpu):
@@ -452,6 +457,11 @@ def build_runs(plan: Plan, model: Beam, echo: Callable[[str], None]) -> tuple[li
         ops = built if isinstance(built, ModelOps) else built.ops
         packed = not v.compiled and "pack_qkv_gate" in v.changes
         runs.append((v, ops, packed))
+        loaded = sum(t in v.changes for t in choices)
+        plural = "" if loaded == 1 else "s"
+        step(
+            f"variant {v.name}: ops built" + ("" if v.compiled else f" ({loaded} candidate{plural} loaded and probed)")
+        )
     optimized = optimized_model.build_ops(choices, cfg, plan.device, library)
     echo("optimized model:\n" + optimized.describe())
     return runs, optimized, library
@@ -475,8 +485,8 @@ def bench(settings: BenchModelSettings, echo: Callable[[str], None] = print) -> 
         echo("  (CPU, Triton interpreter: timings are NOT meaningful; no CUDA graph, compiled peer or floor)")
     model = random_model(cfg, settings.seed, plan.device, pack_qkv_gate=True)
     echo(f"  {_since(began)} model built")
-    runs, optimized, _ = build_runs(plan, model, echo)
-    echo(f"  {_since(began)} {len(runs)} variants built (candidates loaded and probed, library paths probed)")
+    runs, optimized, _ = build_runs(plan, model, echo, began)
+    echo(f"  {_since(began)} {len(runs)} variants built")
     copy_gbps = op_bench.measure_copy_gbps(op_bench.BenchSettings()) if plan.on_gpu else None
     if copy_gbps is not None:
         echo(f"  {_since(began)} copy bandwidth {copy_gbps:.0f} GB/s")

@@ -334,13 +334,19 @@ def _compiled(field: str, compile_fn: Callable) -> Callable:
     return compile_fn(getattr(ops.REFERENCE_OPS, field))
 
 
-def library_ops(device: torch.device | str, cfg: BeamConfig) -> dict[str, LibraryOp]:
-    """The library paths for a model of `cfg` on `device` (none on the CPU)."""
+def library_ops(device: torch.device | str, cfg: BeamConfig,
+                progress: Callable[[str], None] = lambda _: None) -> dict[str, LibraryOp]:  # fmt: skip
+    """The library paths for a model of `cfg` on `device` (none on the CPU); `progress` is told when
+    the attention paths and when the compiled ops have been probed (the probes' first calls build
+    flashinfer's prefill and Inductor's kernels)."""
     device = torch.device(device)
     if device.type != "cuda":
         return {}
     attention, name, notes = build_attention(cfg, device)
-    return compiled_ops(cfg, device) | {
+    progress(f"attention paths probed: {name}")
+    compiled = compiled_ops(cfg, device)
+    progress(f"compiled ops probed: {', '.join(f'{f} {op.name}' for f, op in compiled.items())}")
+    return compiled | {
         "attention": LibraryOp("attention", lambda _ops: attention, name, "; ".join(notes) or "every path probed ok"),
         "moe_experts": LibraryOp(
             "moe_experts", lambda model_ops: moe_experts_task.grouped_mm_experts(model_ops.swiglu), "torch._grouped_mm",

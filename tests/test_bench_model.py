@@ -136,9 +136,13 @@ def test_bench_model_runs_on_cpu_and_writes_record_chart_and_summary(tmp_path, c
     # every phase is stamped with the seconds since the start, so a run cut short shows where its time went
     stamped = re.findall(r"^  \[ *([\d.]+) s\] (.+)$", out, re.MULTILINE)
     phases = [text for _, text in stamped]
-    assert phases[:2] == ["model built", "5 variants built (candidates loaded and probed, library paths probed)"]
-    assert phases[2] == "kernels counted: reference, optimized" and phases[-1] == "record, summary and chart written"
-    assert len(phases) == 4 + 2 * len(names)  # and a decode and a prefill line per variant
+    loaded = {"reference": 0, "optimized": 1, "+pack_qkv_gate": 0, "-pack_qkv_gate": 1, "-output_gate": 0}
+    built = [f"variant {n}: ops built ({loaded[n]} candidate{'' if loaded[n] == 1 else 's'} loaded and probed)"
+             for n in names]  # fmt: skip
+    assert phases[: 2 + len(names)] == ["model built", *built, "5 variants built"]
+    assert phases[2 + len(names)] == "kernels counted: reference, optimized"
+    assert phases[-1] == "record, summary and chart written"
+    assert len(phases) == 4 + 3 * len(names)  # and a decode and a prefill line per variant
     assert [float(s) for s, _ in stamped] == sorted(float(s) for s, _ in stamped)
 
 

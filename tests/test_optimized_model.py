@@ -296,6 +296,24 @@ def test_compiled_pointwise_ops_stand_in_where_no_candidate_is_chosen(reference_
         torch.testing.assert_close(got, want, rtol=0, atol=0)
 
 
+def test_library_ops_say_when_attention_and_the_compiled_ops_are_probed(monkeypatch):
+    """The bench model's set-up took 138-206 s on fresh GPU machines, in one unexplained step: each part
+    of the library set-up now reports when it is done, naming what it chose; the CPU has none to report."""
+    told = []
+    assert library_paths.library_ops(CPU, TINY, told.append) == {} and told == []
+    attention = library_paths.LibraryAttention(None, None, None)
+    monkeypatch.setattr(library_paths, "build_attention", lambda cfg, device: (attention, "prefill flashinfer", []))
+    compiled_ops = library_paths.compiled_ops
+    monkeypatch.setattr(library_paths, "compiled_ops", lambda cfg, device: compiled_ops(cfg, CPU, AOT_EAGER))
+    found = library_paths.library_ops("cuda", TINY, told.append)
+    assert told == [
+        "attention paths probed: prefill flashinfer",
+        "compiled ops probed: rms_norm torch.compile, output_gate torch.compile, swiglu torch.compile",
+    ]
+    assert sorted(found) == sorted([*library_paths.COMPILED_FIELDS, "attention", "moe_experts"])
+    assert found["attention"].make(REFERENCE_OPS) is attention
+
+
 def _more_than_an_ulp_off(fn):
     return lambda **kwargs: (fn(**kwargs).float() * 1.02).to(torch.bfloat16)
 
