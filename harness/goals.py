@@ -1,14 +1,17 @@
-"""Where a task's candidates stand against its speed goals (tasks/<task>.py `goals`), from the records.
+"""Where a task's candidates stand against its goals (tasks/<task>.py `goals`), from the records.
 
 A goal is judged on GPU records only: a candidate that passed parity under the GPU policy and was
-timed. On one record its bar is either the goal's `max_us` or, for `not_slower_than`, the p50 of
+timed. On one record its time bar is either the goal's `max_us` or, for `not_slower_than`, the p50 of
 that baseline timed beside the candidate in its own benchmark child (the record's `baselines_us`),
 or of its faster showing elsewhere in the same run where promotion judges by that one (promote.bars);
 a record without that baseline's timing has no standing on the goal. A goal is met on a shape when
 p50 <= bar: the p50 alone, as issue 4 states its goals, not the noise band promotion uses; and,
 where the goal has `max_launches`, when the record's count of GPU operations per call (its
 `launches`) is at most that. A record without the count (timed before it was counted, or a call
-that could not be captured) keeps its time in the cell and meets no such goal. A goal set on one GPU
+that could not be captured) keeps its time in the cell and meets no such goal. Where the goal asks for
+bit-exactness (`bit_exact`, with a time bar or alone), also when no element of the task's bit-exact
+outputs is off the reference the record's parity judged it against (its `n_mismatched`; the parity
+check itself lets 1-ulp flips pass on a small fraction of the elements). A goal set on one GPU
 (`Goal.gpu`: issue 4's bars in microseconds are the H200's) is judged on that GPU's records alone: a
 newer record from another GPU does not replace the newest one from it, and in one run's table another
 GPU's time stands beside the goal as not judged.
@@ -39,43 +42,65 @@ class Standing:
 
     implementation: str
     p50_us: float
-    bar_us: float  # the goal's max_us, or the named baseline's p50 beside this record
+    bar_us: float | None  # the goal's max_us, or the named baseline's p50 beside this record; None: no time bar
     run_id: str
     max_launches: int | None = None  # the goal's, if it has one
     launches: int | None = None  # GPU operations of one call, where the goal counts them and the record has them
+    bit_exact: bool = False  # the goal's
+    elements_off: int | None = None  # elements of the bit-exact outputs off the reference, where the goal asks
+    elements: int | None = None  # elements of those outputs compared
 
     @property
     def fast_enough(self) -> bool:
-        return self.p50_us <= self.bar_us
+        return self.bar_us is None or self.p50_us <= self.bar_us
 
     @property
     def few_enough_launches(self) -> bool:
         return self.max_launches is None or (self.launches is not None and self.launches <= self.max_launches)
 
     @property
+    def exact_enough(self) -> bool:
+        return not self.bit_exact or self.elements_off == 0
+
+    @property
     def met(self) -> bool:
-        return self.fast_enough and self.few_enough_launches
+        return self.fast_enough and self.few_enough_launches and self.exact_enough
 
     @property
     def margin_us(self) -> float:
-        """How far under the bar (positive) or over it (negative)."""
-        return self.bar_us - self.p50_us
+        """How far under the bar (positive) or over it (negative); 0 without a time bar."""
+        return 0.0 if self.bar_us is None else self.bar_us - self.p50_us
 
     def cell(self) -> str:
         """'2.19 us, met by 0.11', '170.73 us, missed by 5.73 (3.5%)'; where the goal counts launches, the
         count follows the time: '1.40 us in 1 launch, met by 1.40', '1.40 us in 2 launches, missed: 2 launches,
-        goal 1' or '1.40 us, launches not counted, missed'."""
-        time = f"{self.p50_us:.2f} us"
-        if self.max_launches is not None:
-            n = self.launches
-            time += ", launches not counted" if n is None else f" in {n} launch{'es' if n != 1 else ''}"
+        goal 1' or '1.40 us, launches not counted, missed'; where it asks for bit-exactness, so does the
+        count of elements off: 'bit-exact, met', '2 of 983040 elements off, missed', '2.25 us, bit-exact, met
+        by 0.05' or '2.25 us, 2 of 15360 elements off, missed: not bit-exact'."""
+        parts = []
+        if self.bar_us is not None:
+            time = f"{self.p50_us:.2f} us"
+            if self.max_launches is not None:
+                n = self.launches
+                time += ", launches not counted" if n is None else f" in {n} launch{'es' if n != 1 else ''}"
+            parts.append(time)
+        if self.bit_exact:
+            off = self.elements_off
+            parts.append("bit-exactness not recorded" if off is None else "bit-exact" if off == 0
+                         else f"{off} of {self.elements} elements off")  # fmt: skip
+        text = ", ".join(parts)
         if self.met:
-            return f"{time}, met by {self.margin_us:.2f}"
-        text = f"{time}, missed"
+            return text + (f", met by {self.margin_us:.2f}" if self.bar_us is not None else ", met")
+        text += ", missed"
+        reasons = []
         if not self.fast_enough:
             text += f" by {-self.margin_us:.2f} ({-self.margin_us / self.bar_us:.1%})"
         if not self.few_enough_launches and self.launches is not None:
-            text += f"{'; ' if not self.fast_enough else ': '}{self.launches} launches, goal {self.max_launches}"
+            reasons.append(f"{self.launches} launches, goal {self.max_launches}")
+        if not self.exact_enough and self.bar_us is not None:
+            reasons.append("not bit-exact")
+        if reasons:
+            text += ("; " if not self.fast_enough else ": ") + "; ".join(reasons)
         return text
 
 
@@ -102,15 +127,19 @@ def device_name(record: EvaluationRecord) -> str:
 
 
 def standing(
-    goal: Goal, record: EvaluationRecord, run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None
+    goal: Goal,
+    record: EvaluationRecord,
+    run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None,
+    exact_outputs: Sequence[str] = (),
 ) -> Standing | None:
     """`record` against `goal`, a baseline's bar taken as promotion takes it (promote.bars, from `run_showings`
-    of the record's run); None when that baseline was not timed beside it, or when the record ran on another
-    GPU than the goal was set on."""
+    of the record's run), the elements off the reference counted over `exact_outputs` (Task.exact_outputs) where
+    the goal asks for bit-exactness; None when that baseline was not timed beside it, or when the record ran on
+    another GPU than the goal was set on."""
     assert record.timing is not None
     if not goal.judges_on(device_name(record)):
         return None
-    if goal.max_us is not None:
+    if not goal.timed or goal.max_us is not None:
         bar = goal.max_us
     else:
         showing = promote.bars(record, run_showings or {}).get(goal.not_slower_than)
@@ -118,7 +147,13 @@ def standing(
             return None
         bar = showing.p50_us
     launches = sum(record.launches.values()) if goal.max_launches is not None and record.launches is not None else None
-    return Standing(record.implementation, record.timing.p50_us, bar, record.run_id, goal.max_launches, launches)
+    off = elements = None
+    if goal.bit_exact:
+        figures = [record.parity.get(name) or {} for name in exact_outputs]
+        if figures and all("n_mismatched" in f and "n_elements" in f for f in figures):
+            off, elements = sum(f["n_mismatched"] for f in figures), sum(f["n_elements"] for f in figures)
+    return Standing(record.implementation, record.timing.p50_us, bar, record.run_id, goal.max_launches, launches,
+                    goal.bit_exact, off, elements)  # fmt: skip
 
 
 def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str, str], EvaluationRecord]:
@@ -131,8 +166,14 @@ def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str
 
 def _best(standings: Iterable[Standing]) -> Standing | None:
     """The standing that meets its goal with the least p50 over its bar (ratios, so that bars of different
-    baselines compare), or, when none meets it, the one nearest its bar."""
-    return min(standings, key=lambda s: (not s.met, s.p50_us / s.bar_us, s.implementation), default=None)
+    baselines compare), or, when none meets it, the one nearest its bar: for bit-exactness, the fewest elements
+    off (a record without the count last)."""
+
+    def distance(s: Standing) -> tuple[bool, float, float, str]:
+        off = (s.elements_off if s.elements_off is not None else float("inf")) if s.bit_exact else 0
+        return not s.met, off, 0.0 if s.bar_us is None else s.p50_us / s.bar_us, s.implementation
+
+    return min(standings, key=distance, default=None)
 
 
 def in_force_on(task: str, records: Iterable[EvaluationRecord], results_dir: Path | str | None = None
@@ -161,9 +202,10 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Mapping[st
             here = [r for (_, label), r in newest.items() if label == shape]
             ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force.get(device_name(r), ())]
             promoted = max(ours, key=lambda r: r.created_utc, default=None)
+            exact = task.exact_outputs
             rows.append(GoalShape(
-                goal, shape, standing(goal, promoted, by_run[promoted.run_id]) if promoted else None,
-                _best(s for s in (standing(goal, r, by_run[r.run_id]) for r in here) if s is not None),
+                goal, shape, standing(goal, promoted, by_run[promoted.run_id], exact) if promoted else None,
+                _best(s for s in (standing(goal, r, by_run[r.run_id], exact) for r in here) if s is not None),
             ))  # fmt: skip
     return rows
 
@@ -201,9 +243,9 @@ def goals_table(task: Task, records: Iterable[EvaluationRecord],
 
 
 def side_by_side(task: Task, records: Iterable[EvaluationRecord]) -> list[dict[str, Any]]:
-    """One run's candidates against every goal of `task`, as JSON rows: {"shape", "goal", "cells", "met"},
-    where `cells` and `met` map each timed candidate to its cell text and verdict (None: no standing there;
-    a time from another GPU than the goal's is shown, marked not judged)."""
+    """One run's candidates against every goal of `task` on the shapes the run timed, as JSON rows: {"shape",
+    "goal", "cells", "met"}, where `cells` and `met` map each timed candidate to its cell text and verdict (None:
+    no standing there; a time from another GPU than the goal's is shown, marked not judged)."""
     records = list(records)
     run_showings = promote.showings(records)
     timed = timed_on_gpu(records)
@@ -212,7 +254,10 @@ def side_by_side(task: Task, records: Iterable[EvaluationRecord]) -> list[dict[s
     rows = []
     for goal in task.goals if names else ():
         for shape in task.goal_shapes(goal):
-            here = {name: standing(goal, by_key[(name, shape)], run_showings) if (name, shape) in by_key else None
+            if not any((name, shape) in by_key for name in names):
+                continue  # a shape this run did not time
+            here = {name: standing(goal, by_key[(name, shape)], run_showings, task.exact_outputs)
+                    if (name, shape) in by_key else None
                     for name in names}  # fmt: skip
             cells = {n: s.cell() if s else _unjudged(goal, by_key.get((n, shape))) for n, s in here.items()}
             rows.append({"shape": shape, "goal": goal.bar, "cells": cells,

@@ -266,7 +266,7 @@ def timing_table(rows: Sequence[EvaluationRecord], name: str, promoted: dict[str
 
 
 def goals_table(rows: Sequence[dict[str, Any]]) -> Table:
-    """One run's candidates against the task's speed goals (harness/goals.py side_by_side rows); a row a
+    """One run's candidates against the task's goals (harness/goals.py side_by_side rows); a row a
     candidate met is marked pass, a missed one is plain: a goal informs, it gates nothing."""
     names = list(rows[0]["cells"]) if rows else []
     return Table(("shape", "goal", *(f"`{n}`" for n in names)),

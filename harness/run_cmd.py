@@ -9,7 +9,7 @@
 
 `run` prints a table per shape (status, error figures, times, speedups over each baseline with
 that baseline's time beside the candidate, roofline fraction, verdict), on a GPU the candidates
-against the task's speed goals (harness/goals.py), and its wall time; the records land in
+against the task's goals (harness/goals.py), and its wall time; the records land in
 results/<task>/. Exit status: 0 when the run completed, whatever the candidates
 did; 1 for bad input (unknown task, shape or candidate, a candidate file that breaks the
 contract), or when an agent's session ended on an error (the API gave up; its transcript in

@@ -90,5 +90,6 @@ TASK = Task(
     goals=(
         Goal(max_us=2.3, shapes=("T=1",), source="issue 4", gpu="H200"),
         Goal(max_us=165.0, shapes=("T=16384",), source="issue 4", gpu="H200"),
+        Goal(bit_exact=True, shapes=("T=1", "T=3", "T=8", "T=64"), source="issue 4"),
     ),
 )

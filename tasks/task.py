@@ -68,16 +68,21 @@ class OutputCheck:
 
 @dataclass(frozen=True)
 class Goal:
-    """A speed target for the task's candidates on the GPU, in the harness's own benchmark.
+    """A target for the task's candidates on the GPU, in the harness's own benchmark and parity check.
 
-    Exactly one bar: `max_us`, a candidate's p50 at most this many microseconds; or
+    At most one time bar: `max_us`, a candidate's p50 at most this many microseconds; or
     `not_slower_than`, a baseline's name ("torch_compile", "reference" or one of the task's
     `baselines`): a candidate's p50 at most that baseline's p50 as promotion judges it (timed beside
     it in the candidate's own benchmark child, or faster elsewhere in the run: harness/promote.py
     bars). `shapes`: the GPU shape labels it applies to; empty means every GPU shape.
-    `max_launches`, with either bar: also at most this many GPU operations per call (kernels, memsets,
+    `max_launches`, with a time bar: also at most this many GPU operations per call (kernels, memsets,
     memcpys: the nodes of a CUDA graph of one call, harness/bench.py launches_per_call); issue 4's
     "one kernel" is 1. A record without that count meets no such goal.
+    `bit_exact`, with a time bar or alone: also no element of the task's bit-exact BF16 outputs off the
+    reference the record's parity judged it against (issue 4's "bit-exact with the reference at T <= 64";
+    BEAM.md section 5: the reference's rounding points, its FP32 reductions in the order written or exact,
+    harness/parity.py), where the parity check tolerates 1-ulp flips on a small fraction of the elements.
+    A record without the count of elements off meets no such goal.
     `source` says who set it (the issue), so that a reader can trace the number.
     `gpu`: the GPU the bar was set on, as part of the device name a record's environment gives ("H200");
     a time from another GPU (an H100's 236 us where the H200 takes 171) neither meets nor misses it.
@@ -89,15 +94,20 @@ class Goal:
     not_slower_than: str | None = None
     shapes: tuple[str, ...] = ()
     max_launches: int | None = None
+    bit_exact: bool = False
     source: str = ""
     gpu: str | None = None
 
     def __post_init__(self) -> None:
-        if (self.max_us is None) == (self.not_slower_than is None):
+        if self.max_us is not None and self.not_slower_than is not None:
             raise ValueError(
-                f"a goal needs exactly one bar, max_us or not_slower_than; got max_us={self.max_us!r}, "
+                f"a goal takes at most one time bar, max_us or not_slower_than; got max_us={self.max_us!r}, "
                 f"not_slower_than={self.not_slower_than!r}"
             )
+        if not isinstance(self.bit_exact, bool):
+            raise ValueError(f"a goal's bit_exact must be True or False; got {self.bit_exact!r}")
+        if not self.timed and not self.bit_exact:
+            raise ValueError("a goal needs a bar: max_us or not_slower_than (a time), or bit_exact=True; got none")
         if self.max_us is not None and (
             isinstance(self.max_us, bool)
             or not isinstance(self.max_us, int | float)
@@ -109,6 +119,9 @@ class Goal:
         launches = self.max_launches
         if launches is not None and (isinstance(launches, bool) or not isinstance(launches, int) or launches < 1):
             raise ValueError(f"a goal's max_launches must be a whole number >= 1; got {launches!r}")
+        if launches is not None and not self.timed:
+            raise ValueError(f"a goal's max_launches goes with a time bar, max_us or not_slower_than; got "
+                             f"max_launches={launches!r} alone")  # fmt: skip
         if self.gpu is not None and not (isinstance(self.gpu, str) and self.gpu.strip()):
             raise ValueError(f"a goal's gpu must be part of a device name, such as 'H200', or None; got {self.gpu!r}")
 
@@ -117,13 +130,20 @@ class Goal:
         return self.gpu is None or self.gpu.lower() in device_name.lower()
 
     @property
+    def timed(self) -> bool:
+        """Whether the goal has a time bar (max_us or not_slower_than)."""
+        return self.max_us is not None or self.not_slower_than is not None
+
+    @property
     def bar(self) -> str:
-        """'p50 <= 2.3 us', 'not slower than torch_compile', 'p50 <= 2.8 us in one launch': the bar as tables
-        print it."""
+        """'p50 <= 2.3 us', 'not slower than torch_compile', 'p50 <= 2.8 us in one launch', 'bit-exact',
+        'p50 <= 2.3 us, bit-exact': the bar as tables print it."""
+        if not self.timed:
+            return "bit-exact"
         bar = f"p50 <= {self.max_us:g} us" if self.max_us is not None else f"not slower than {self.not_slower_than}"
-        if self.max_launches is None:
-            return bar
-        return bar + (" in one launch" if self.max_launches == 1 else f" in <= {self.max_launches} launches")
+        if self.max_launches is not None:
+            bar += " in one launch" if self.max_launches == 1 else f" in <= {self.max_launches} launches"
+        return bar + (", bit-exact" if self.bit_exact else "")
 
 
 @dataclass(frozen=True)
@@ -143,7 +163,8 @@ class Task:
         kernels a user could use instead). A factory raises `BaselineUnavailable` when its library
         is missing or refuses the shape. `torch.compile` of the reference is always added by the
         harness and is not listed here.
-    goals: the speed targets its candidates are held to on the GPU (Goal); reported, never used to promote.
+    goals: the targets its candidates are held to on the GPU (Goal: time, launches, bit-exactness); reported,
+        never used to promote.
     """
 
     name: str
@@ -169,6 +190,14 @@ class Task:
             if goal.not_slower_than is not None and goal.not_slower_than not in peers:
                 raise ValueError(f"task {self.name!r}: goal {goal.bar!r} names no baseline of the task; expected one "
                                  f"of {peers}")  # fmt: skip
+            if goal.bit_exact and not self.exact_outputs:
+                raise ValueError(f"task {self.name!r}: goal {goal.bar!r} asks for bit-exactness, but none of its "
+                                 f"outputs {[c.name for c in self.outputs]} is a bit-exact BF16 output")  # fmt: skip
+
+    @property
+    def exact_outputs(self) -> tuple[str, ...]:
+        """The outputs parity compares bit for bit (BF16 `bit_exact`): what a bit-exact goal counts."""
+        return tuple(c.name for c in self.outputs if c.kind == "bf16" and c.bit_exact)
 
     def goal_shapes(self, goal: Goal) -> tuple[str, ...]:
         """The GPU shape labels `goal` applies to, in the task's shape order."""

@@ -194,6 +194,26 @@ def test_a_truncating_kernel_passes_only_against_the_emulated_references():
     assert 1.3 < o.ref_fp64_err / o.nearest_ref_fp64_err < 2.3
 
 
+def test_a_kernel_bit_exact_with_one_admissible_reference_is_judged_against_it():
+    """A kernel whose reductions are exact passes against the reference as written with a few 1-ulp flips, and
+    matches the exact-reduction reference bit for bit: its verdict (and record) is the bit-exact one."""
+    inputs = _inputs()
+    (nearest,) = parity.admissible_references(FUSE_NORM, inputs, emulate_truncation=False)
+    exact = parity.fp64_evaluation(FUSE_NORM, inputs)
+    h_new, x = nearest.outputs
+    flipped, _ = _flip_near_midpoints(x.flatten(), exact[1].flatten(), 3)
+    other_order = parity.AdmissibleReference("exact_reductions", [h_new, flipped.view_as(x)])
+    verdict = parity.judge(FUSE_NORM, other_order.outputs, [nearest, other_order], exact)
+    assert verdict.passed and verdict.rounding == "exact_reductions"
+    assert {name: o.n_mismatched for name, o in verdict.outputs.items()} == {"h_new_TD": 0, "x_TD": 0}
+    # against the reference as written alone it passes too, on the 1-ulp budget, with the flips counted
+    verdict = parity.judge(FUSE_NORM, other_order.outputs, [nearest], exact)
+    assert verdict.passed and verdict.rounding == "nearest" and verdict.outputs["x_TD"].n_mismatched == 3
+    # a kernel equal to the reference as written keeps that verdict, the first of two as close
+    verdict = parity.judge(FUSE_NORM, nearest.outputs, [nearest, other_order], exact)
+    assert verdict.passed and verdict.rounding == "nearest" and verdict.outputs["x_TD"].n_mismatched == 0
+
+
 def test_the_wrong_number_of_outputs_is_a_mismatch():
     inputs = _inputs()
     ref = parity.admissible_references(FUSE_NORM, inputs, False)

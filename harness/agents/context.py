@@ -37,7 +37,7 @@ class TaskContext:
     ceilings: str  # the measured copy bandwidth and GEMM rate, with where they come from
     candidates: str  # the promoted/best candidate and the others, with their latest numbers
     hot_spots: str  # the newest model profile's ranking and the task's kernel profiles, or "none"
-    goals: str  # the task's speed goals and where its candidates stand against them (harness/goals.py)
+    goals: str  # the task's goals and where its candidates stand against them (harness/goals.py)
 
 
 def _device_name(device: str) -> str:
