@@ -167,13 +167,15 @@ def _newest_per_candidate(records: Sequence[EvaluationRecord]) -> dict[tuple[str
 def _best(standings: Iterable[Standing]) -> Standing | None:
     """The standing that meets its goal with the least p50 over its bar (ratios, so that bars of different
     baselines compare), or, when none meets it, the one nearest its bar: for bit-exactness, the fewest elements
-    off (a record without the count last)."""
+    off (a record without the count last). Of standings as near, the newest run's (then by name): a goal of
+    bit-exactness alone names the latest evidence among the candidates that meet it."""
 
-    def distance(s: Standing) -> tuple[bool, float, float, str]:
+    def distance(s: Standing) -> tuple[bool, float, float]:
         off = (s.elements_off if s.elements_off is not None else float("inf")) if s.bit_exact else 0
-        return not s.met, off, 0.0 if s.bar_us is None else s.p50_us / s.bar_us, s.implementation
+        return not s.met, off, 0.0 if s.bar_us is None else s.p50_us / s.bar_us
 
-    return min(standings, key=distance, default=None)
+    newest_first = sorted(sorted(standings, key=lambda s: s.implementation), key=lambda s: s.run_id, reverse=True)
+    return min(newest_first, key=distance, default=None)
 
 
 def in_force_on(task: str, records: Iterable[EvaluationRecord], results_dir: Path | str | None = None
