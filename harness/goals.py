@@ -196,6 +196,7 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Mapping[st
     records = list(records)
     by_run = promote.showings_by_run(records)
     judged = timed_on_gpu(records)
+    exact = task.exact_outputs
     rows = []
     for goal in task.goals:
         timed = [r for r in judged if goal.judges_on(device_name(r))]
@@ -204,7 +205,6 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Mapping[st
             here = [r for (_, label), r in newest.items() if label == shape]
             ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force.get(device_name(r), ())]
             promoted = max(ours, key=lambda r: r.created_utc, default=None)
-            exact = task.exact_outputs
             rows.append(GoalShape(
                 goal, shape, standing(goal, promoted, by_run[promoted.run_id], exact) if promoted else None,
                 _best(s for s in (standing(goal, r, by_run[r.run_id], exact) for r in here) if s is not None),

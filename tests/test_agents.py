@@ -379,7 +379,7 @@ def test_agent_prompt_prints_system_statement_and_tools(capsys, tmp_path):
     for part in ("=== TASK STATEMENT ===", "def norm_residual_norm(", "h_new_TD = (h_TD.float() * a",
                  "def residual_coefficients(", "`tiny T=5`: preset=beam-tiny, T=5, D=96", "Promoted: none yet",
                  "CPU only (no CUDA GPU)", "## Which ops dominate", "## The candidate file contract",
-                 "## Speed goals", "T=16384 p50 <= 165 us", "not measured on the H200",
+                 "## Goals (reported", "T=16384 p50 <= 165 us", "not measured on the H200",
                  "=== TOOLS (6) ===", '"name": "submit_candidate"'):  # fmt: skip
         assert part in out, part
     code = cli.main(["agent", "prompt", "task=fuse_norm", "device=cpu", "agent=command", f"results_dir={tmp_path}"])

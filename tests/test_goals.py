@@ -1,4 +1,4 @@
-"""Speed goals (tasks/<task>.py `goals`): declared with one bar, checked against the task's shapes, and
+"""Goals (tasks/<task>.py `goals`): declared with a bar, checked against the task's shapes, and
 judged from GPU records only: the promoted kernel's newest record, every candidate's newest, one run side
 by side (harness run, nightly) and every task at once (harness results without a task)."""
 

@@ -175,7 +175,7 @@ def statement(task: Task, ctx: task_context.TaskContext, agent: AgentSettings, d
         "## Parity policy\n\n" + "\n".join(_parity_lines(task, ctx.device)),
         f"## The machine\n\n- Device: {ctx.device_name}\n- Ceilings: {ctx.ceilings}",
         f"## Candidates so far\n\n{ctx.candidates}",
-        "## Speed goals (reported by every GPU run; promotion needs only to beat every baseline)\n\n" + ctx.goals,
+        "## Goals (reported by every GPU run; promotion needs only to beat every baseline)\n\n" + ctx.goals,
         f"## Hot spots\n\n{ctx.hot_spots}",
         f"## The candidate file contract ({CONTRACT_FILE.relative_to(REPO_ROOT)})\n\n{CONTRACT_FILE.read_text()}",
         delivery,
