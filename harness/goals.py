@@ -130,7 +130,8 @@ def standing(
     goal: Goal,
     record: EvaluationRecord,
     run_showings: dict[tuple[str, str], list[promote.Showing]] | None = None,
-    exact_outputs: Sequence[str] = (),
+    *,
+    exact_outputs: Sequence[str],
 ) -> Standing | None:
     """`record` against `goal`, a baseline's bar taken as promotion takes it (promote.bars, from `run_showings`
     of the record's run), the elements off the reference counted over `exact_outputs` (Task.exact_outputs) where
@@ -205,10 +206,9 @@ def assess(task: Task, records: Iterable[EvaluationRecord], in_force: Mapping[st
             here = [r for (_, label), r in newest.items() if label == shape]
             ours = [r for r in timed if r.shape_label == shape and r.candidate_hash in in_force.get(device_name(r), ())]
             promoted = max(ours, key=lambda r: r.created_utc, default=None)
-            rows.append(GoalShape(
-                goal, shape, standing(goal, promoted, by_run[promoted.run_id], exact) if promoted else None,
-                _best(s for s in (standing(goal, r, by_run[r.run_id], exact) for r in here) if s is not None),
-            ))  # fmt: skip
+            now = standing(goal, promoted, by_run[promoted.run_id], exact_outputs=exact) if promoted else None
+            each = [standing(goal, r, by_run[r.run_id], exact_outputs=exact) for r in here]
+            rows.append(GoalShape(goal, shape, now, _best(s for s in each if s is not None)))
     return rows
 
 
@@ -258,7 +258,7 @@ def side_by_side(task: Task, records: Iterable[EvaluationRecord]) -> list[dict[s
         for shape in task.goal_shapes(goal):
             if not any((name, shape) in by_key for name in names):
                 continue  # a shape this run did not time
-            here = {name: standing(goal, by_key[(name, shape)], run_showings, task.exact_outputs)
+            here = {name: standing(goal, by_key[(name, shape)], run_showings, exact_outputs=task.exact_outputs)
                     if (name, shape) in by_key else None
                     for name in names}  # fmt: skip
             cells = {n: s.cell() if s else _unjudged(goal, by_key.get((n, shape))) for n, s in here.items()}
