@@ -24,16 +24,23 @@ are its bits.
 Floor, goals, numerics and launch: loads_first.py's header, whose code the parent is (T=16384: 671 MB -> 157.0 us at
 4275 GB/s; goals T = 1 <= 2.3 us bit-exact, T = 16384 <= 165 us).
 
-Measured on an H100 only (forty-fourth session, `harness run task=fuse_norm "candidates=[narrow_weights,replay_tuned]"
+Measured first on an H100 (forty-fourth session, `harness run task=fuse_norm "candidates=[narrow_weights,replay_tuned]"
 bench.max_seconds=3`, run 20261205T213958-d9e3d1, 8ca06fb; the device lent no H200): parity passes on the GPU with
 the parent's bits (0 ulp at every shape but T = 64, 1 ulp on 2 of 1,966,080 elements there as the parent), and p50 us
 against replay_tuned beside it: T=1 2.24 / 2.24, T=3 2.64 / 2.65, T=8 2.84 / 2.82, T=64 3.79 / 3.78, T=1000 13.28 /
 13.28, T=16384 236.82 / 236.79 (95% of one kernel moving the same bytes). Not promoted: on the H100 both autotuners
 take the plain loop (2 programs per SM) at T = 16384, where the H200 took the parent's 2-program ring, so the third
-ring program went unused. Whether it buys time on the H200 (replay_tuned 170.20 us there) is still to be measured.
+ring program went unused.
 Those 2 elements are the reference's FP32 reduction order: against the reference with exact reductions (which parity
 has judged a kernel by since bfbaf7b, where it matches that one more closely) this kernel and replay_tuned are bit-exact
-at T = 1, 3, 8 and 64 on the GPU (forty-eighth session, H100, run 20261206T062039-877d9a: 0 of 1,966,080 at T = 64).
+at T = 1, 3, 8 and 64 on the GPU (forty-eighth session, H100, run 20261206T062039-877d9a: 0 of 1,966,080 at T = 64;
+again on the H200 in the forty-ninth session's run, and at T = 1000 and 16384 too).
+
+Refuted on the H200 (forty-ninth session, the same command, run 20261206T093627-30204f at 51c3001): its autotuner,
+timing the 3-program ring configs beside the others, took the 2-program ring at T = 16384 (PROGRAMS_PER_SM 2, STAGES
+4), the parent's pick, and there the per-row widening costs 8.6 us: 179.80 us against replay_tuned's 171.16 beside it
+(one kernel moving the same bytes 160.43, 89% / 94%). Every other shape ties (p50 us narrow / replay: T=1 2.25 / 2.25,
+T=3 2.66 / 2.64, T=8 2.84 / 2.83, T=64 3.63 / 3.63, T=1000 12.09 / 12.08), the same configs in both; not promoted.
 
 Shape legend: T tokens, D hidden.
 """
