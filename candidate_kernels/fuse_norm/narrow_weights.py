@@ -36,11 +36,13 @@ has judged a kernel by since bfbaf7b, where it matches that one more closely) th
 at T = 1, 3, 8 and 64 on the GPU (forty-eighth session, H100, run 20261206T062039-877d9a: 0 of 1,966,080 at T = 64;
 again on the H200 in the forty-ninth session's run, and at T = 1000 and 16384 too).
 
-Refuted on the H200 (forty-ninth session, the same command, run 20261206T093627-30204f at 51c3001): its autotuner,
-timing the 3-program ring configs beside the others, took the 2-program ring at T = 16384 (PROGRAMS_PER_SM 2, STAGES
-4), the parent's pick, and there the per-row widening costs 8.6 us: 179.80 us against replay_tuned's 171.16 beside it
-(one kernel moving the same bytes 160.43, 89% / 94%). Every other shape ties (p50 us narrow / replay: T=1 2.25 / 2.25,
-T=3 2.66 / 2.64, T=8 2.84 / 2.83, T=64 3.63 / 3.63, T=1000 12.09 / 12.08), the same configs in both; not promoted.
+Not borne out on the H200 (forty-ninth session, the same command, run 20261206T093627-30204f at 51c3001): its
+autotuner, timing the 3-program ring configs beside the others (Triton's event timer at this size, not the harness's),
+took the 2-program ring at T = 16384 (PROGRAMS_PER_SM 2, STAGES 4), the parent's pick, and there the per-row widening
+costs 8.6 us: 179.80 us against replay_tuned's 171.16 beside it (one kernel moving the same bytes 160.43, 89% / 94%).
+Every other shape ties (p50 us narrow / replay: T=1 2.25 / 2.25, T=3 2.66 / 2.64, T=8 2.84 / 2.83, T=64 3.63 / 3.63,
+T=1000 12.09 / 12.08), the same configs in both; not promoted. A forced timing of the 3-program ring in the harness
+was not run (no device time left).
 
 Shape legend: T tokens, D hidden.
 """
