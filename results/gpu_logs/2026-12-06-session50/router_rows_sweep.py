@@ -11,7 +11,8 @@ no fixup between programs. x is loaded in 4-element vectors, W's 16-byte width, 
 Every config's logits are compared with FP64 (normwise relative error, the task's 1e-6), and all are timed by the
 harness's timer (bench.time_shape: CUDA-graph replays of rotated input sets, interleaved, the same-bytes copy beside
 them) in groups, each beside upfront_row as shipped; every kernel is launched as a programmatic dependent.
-Usage (repository root): python router_rows_sweep.py OUT.jsonl [T ...]"""
+A second plan (PLAN=warps in the environment) keeps one row per program and spreads it over 4-32 warps.
+Usage (repository root): [PLAN=warps] python router_rows_sweep.py OUT.jsonl [T ...]"""
 
 import importlib.util
 import json
@@ -106,6 +107,11 @@ PLAN = [  # (ROWS, BLOCK_K, warps, MODE, maxnreg)
     (4, 1024, 8, "acc", None), (4, 1024, 16, "acc", None), (4, 1024, 16, "block", None), (4, 512, 8, "acc", None),
     (4, 1024, 32, "acc", None), (4, 1024, 32, "block", None),
 ]  # fmt: skip
+# Second call: one row per program, its K blocks spread over more warps (a shorter serial share per thread).
+WARPS_PLAN = [
+    (1, 1024, 4, "acc", None), (1, 1024, 8, "acc", 128), (1, 1024, 16, "acc", None), (1, 1024, 16, "acc", 64),
+    (1, 1024, 16, "acc", 80), (1, 1024, 32, "acc", None), (1, 512, 8, "acc", None), (1, 512, 16, "acc", None),
+]  # fmt: skip
 
 
 def load(module_name):
@@ -144,7 +150,7 @@ def main():
         emit(T=label, impl="upfront_row (in force)", rel_err=error_vs_fp64(upfront_row.router_logits(**inputs),
                                                                           **inputs))  # fmt: skip
         impls = {}
-        for c in PLAN:
+        for c in WARPS_PLAN if os.environ.get("PLAN") == "warps" else PLAN:
             fn = rows(*c)
             try:
                 got = fn(**inputs)
