@@ -1,7 +1,7 @@
 """fuse_norm: replay_tuned with the norm weights held as BF16 and widened per row, so that 3 ring programs fit an SM.
 
 Author: human (kernels team, issue 4), hand-written. Parent: replay_tuned.py (the kernel promoted on the H200), whose
-kernel, launch, autotuner timing and numerics this is but for how a program holds its two norm weights, and two
+kernel, launch, autotuner timing and numerics this is but for how a program holds its two norm weights, and three
 ring configs that this makes possible.
 
 What changes, and why. At T = 16384 the ring (2 programs of 4 warps per SM, 226 registers) waits on its own
@@ -43,6 +43,15 @@ costs 8.6 us: 179.80 us against replay_tuned's 171.16 beside it (one kernel movi
 Every other shape ties (p50 us narrow / replay: T=1 2.25 / 2.25, T=3 2.66 / 2.64, T=8 2.84 / 2.83, T=64 3.63 / 3.63,
 T=1000 12.09 / 12.08), the same configs in both; not promoted. A forced timing of the 3-program ring in the harness
 was not run (no device time left).
+
+Forced one config at a time on an H100 (fifty-first session, `results/gpu_logs/2026-12-06-session51/
+narrow_ring_sweep.py`, the harness's timer, every output bit-exact with replay_tuned's), p50 us at T = 16384: the
+3-program rings of 3 and 4 stages 249.59 / 250.37, no faster than the 2-program rings (this file's 250.95 / 254.17,
+replay_tuned's 249.77 / 252.14), but the 3-program ring on 2 stages, which the configs did not offer, 235.67 and
+235.51 in a second run: 14 us ahead of the 2-program rings and 1.4 us behind replay_tuned's autotuned plain loop
+(234.23 / 233.84), the H100's pick (one kernel moving the same bytes 222.41 / 222.58). 4 programs (maxnreg 128)
+spill 36-38 bytes and ran 335.82-338.17. So the 2-stage ring is offered now; whether it leads on the H200, where
+the 2-program ring is the pick, is for an H200 to show.
 
 Shape legend: T tokens, D hidden.
 """
@@ -133,7 +142,10 @@ def _configs() -> list[triton.Config]:
     # The 8-warp ring program takes 142 registers (`harness inspect`), one program per SM: capped at 128.
     # Plain, new here: one program of 16 warps or two of 8 per SM, capped at 128 registers (65536 per SM).
     # New here: 3 programs of 4 warps per SM, the narrow weights' registers fitting them under 168 (header).
-    ring = ((2, 3, 4, None), (2, 4, 4, None), (3, 3, 4, 168), (3, 4, 4, 168), (2, 3, 8, 128), (2, 4, 8, 128))
+    # New here too: the 3-program ring on 2 stages (one row in flight per program, three per SM), the fastest
+    # ring forced on an H100 (fifty-first session, header).
+    ring = ((2, 3, 4, None), (2, 4, 4, None), (3, 2, 4, 168), (3, 3, 4, 168), (3, 4, 4, 168), (2, 3, 8, 128),
+            (2, 4, 8, 128))  # fmt: skip
     plain = ((2, 4, None, True), (3, 4, 168, True), (2, 4, None, False), (1, 16, 128, True), (2, 8, 128, True))
     pdl = {"launch_pdl": True}  # every GPU config (see the header)
     configs = [triton.Config({"PROGRAMS_PER_SM": p, "STAGES": s, "RING": True, "FOLD": False, "MIXED": 0, **pdl},
