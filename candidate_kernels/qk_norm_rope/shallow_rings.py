@@ -16,11 +16,11 @@ p50 us at sliding / global T = 16384:
   3 x 4, 2 stages, packed (new here)                           207.32 / 208.81
   4 x 4, 2 or 3 stages; 5 x 4, 2 stages                        218.40-221.52 / 213.32-215.80; 234.49 / 211.17
   4-8 x 2 warps, 2 stages                                      214.95-218.40 / 212.22-215.63
-  the grid split into parts, 4 or 6 x 4, 2 stages              238.61 / 233.68, 210.96 / 206.11
-  the parent, autotuned (the grid split on the H100)           201.94 / 197.19
+  rings split into parts, 4 or 6 x 4, 2 stages                238.61 / 233.68, 210.96 / 206.11
+  the parent, autotuned (head_groups' grid on the H100)        201.94 / 197.19
   one kernel moving the same bytes                             193.53 / 190.90
 The 3-program ring on 2 stages is 9% faster than the 2-program ring on 3 and the fastest ring at sliding T = 16384,
-though not faster than the grid split that the H100's autotuner takes. Its 4-warp programs take 110 registers
+though not faster than the head-group grid that the H100's autotuner takes. Its 4-warp programs take 110 registers
 without spilling, so 3 of them use 42 K of an SM's 64 K registers, and about 17 KB of shared memory each (one token
 in flight). On the H200, where the parent's sliding pick is the 2-program ring, the same gain would bring sliding
 T = 16384 near its goal (140 us); whether it does is for an H200 to show (3-program rings on 3 stages ran slower
