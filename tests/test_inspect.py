@@ -156,26 +156,6 @@ def test_fuse_norm_loads_first_plain_programs_make_one_round_trip_where_mixed_sq
     assert rings and all(trips["loads_first"][c] == trips["mixed_squares"][c] == (1, 0) for c in rings)
 
 
-def test_fuse_norm_narrow_weights_fits_three_ring_programs_per_sm_and_keeps_its_parents_plain_programs(tmp_path):
-    """fuse_norm/narrow_weights holds the norm weights as BF16 in its ring programs, widened per row: the 4-warp ring
-    needs fewer registers than replay_tuned's (which holds them as FP32) and fits 3 programs per SM under maxnreg 168
-    without spilling. Its plain programs widen the weights once, as the parent: the same registers and SASS."""
-    figures = {
-        candidate: {r.config: r.figures for r in _compiled(tmp_path, "fuse_norm", candidate, "T=16384")}
-        for candidate in ("replay_tuned", "narrow_weights")
-    }  # fmt: skip
-    parent, child = figures["replay_tuned"], figures["narrow_weights"]
-    four_warp_ring = "PROGRAMS_PER_SM=2, STAGES=3, RING=True, FOLD=False, MIXED=0, launch_pdl=True, warps=4, stages=3"
-    assert child[four_warp_ring]["registers"] <= parent[four_warp_ring]["registers"] - 40
-    three = [f for c, f in child.items() if "PROGRAMS_PER_SM=3" in c and "RING=True" in c]
-    assert len(three) == 3 and all(f["programs_per_sm"] == 3 and f["spill_store_bytes"] == 0 for f in three)
-    plain = [c for c in parent if "RING=False" in c]
-    assert len(plain) == 6
-    for config in plain:
-        same = ("registers", "spill_store_bytes", "loads", "stores", "sass")
-        assert {k: child[config][k] for k in same} == {k: parent[config][k] for k in same}, config
-
-
 def test_a_compile_error_in_a_called_function_is_recorded_with_its_own_message_first(tmp_path):
     """Triton raises an error inside a @jit helper as a CompilationError at each call site, each the cause of the
     next; the outermost says only where the kernel calls the helper. The record leads with the helper's error."""
