@@ -43,6 +43,13 @@ default timer gave loads_first a third pick, neither of the two seen before: a p
 at 106% of the same-bytes launch (12.84 us). Every other shape took the same config in both. Promoted (faster than
 loads_first beyond noise at T = 1000 and slower nowhere; geomean of worst speedups 1.275x). Goals: T = 1 met by
 0.05 us; T = 16384 missed by 5.20 us (the ring's pick, loads_first's kernel; loads_first.py says why).
+Again on the H200 (fifty-fourth session, run 20261206T202536-cc8bf7 at 635d834): T=1 2.24, T=3 2.63, T=8
+2.81, T=64 3.58, T=1000 12.06, T=16384 170.07 us (one kernel moving the same bytes 159.44, 94%; missed by 5.07
+us), bit-exact at every shape. Its 4-warp rings forced one at a time
+(results/gpu_logs/2026-12-06-session51/narrow_ring_sweep.py): 2 programs per SM on 3 / 4 stages 171.50 / 170.89.
+narrow_weights (this file with the weights held as BF16, removed) fitted 3 ring programs per SM without spilling:
+183.14 us on 3 stages, 192.81 on 2 (the H100's fastest ring). A third program per SM does not hide the ring's
+instruction chains on the H200.
 
 Floor, goals, numerics and launch: loads_first.py's header, whose code this is (T=16384: 671 MB -> 157.0 us at
 4275 GB/s; goals T = 1 <= 2.3 us bit-exact, T = 16384 <= 165 us).

@@ -40,6 +40,13 @@ programs in flight their latencies were already hidden; the kernel runs at 95% o
 (136.15 us in its child), so the goal (135) is below that copy and the gap is not the load order. Promoted over
 pdl_token_ring: at global T = 16384 both miss the torch.compile timed beside pdl_token_ring (141.00 us; 178.85 beside
 this one), which fails parity; this one is faster on other shapes and slower on none.
+Again on the H200 (fifty-fourth session, run 20261206T201950-5a72bf at 635d834): T=16384 148.87 / 143.35 us
+(missed by 8.87 / 8.35), one kernel moving the same bytes 138.06 / 136.20 (93% / 95%). Its autotuner took the
+grid split into parts (16 query heads per program, 2 warps) at both T = 16384 shapes, where the thirty-sixth
+session's took the 2 x 4 ring at sliding (150.53). Every ring forced one at a time ran slower than that pick
+(results/gpu_logs/2026-12-06-session51/qk_ring_sweep.py): 150.68 us at best at sliding (4 programs of 4 warps per
+SM, 2 stages), 148.77 at global (2 x 4, 3 stages); the 3-program ring on 2 stages, the fastest ring on an H100 and
+offered by shallow_rings (removed), 162.50 / 154.63. Neither the load order nor the ring's shape closes the gap.
 
 pdl_token_ring.py's header, unchanged (its figures are the parent's):
 

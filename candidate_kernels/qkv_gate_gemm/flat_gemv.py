@@ -35,9 +35,14 @@ reference timed in this file's child:
   Again on a later loan, where cuBLAS ran 0.3-0.8 us slower (60cceb9, `"candidates=[flat_gemv]"`):
   T=1 **34.91** against 37.15 (99% of the floor), T=3 35.97 / 37.38, T=8 36.47 / 36.50, T=64 38.09 /
   40.08, T=1000 231.07 / 193.04. Goal at T=1 met in both runs (by 1.05 and 0.59 us).
-  Goal missed at T=8 by 0.35-0.97 us: there swap_ab's ring ties cuBLAS (35.85 / 35.82, 36.47 /
-  36.50). Narrower MMA tiles for T = 3 and 8 (16-32 rows of W per program on 1-2 warps, 448-896
-  programs, the GEMV's many-programs shape; `qkv_tile_sweep.py`, graph replays) did not beat the
+  Again (fifty-fourth session, 635d834, `"candidates=[flat_gemv,swap_ab]"`, run 20261206T203809-75225f), this
+  file / swap_ab / cuBLAS: T=1 **34.44** / 35.33 / 36.73 (met by 1.06), T=8 35.65 / 35.63 / 36.03, T=1000
+  229.09 / 228.70 / 186.96. One kernel moving the same bytes took 36.42 / 36.39 us at T = 1 / 8 in this file's
+  child: at T = 8 swap_ab's ring already runs at 102% of it and misses the goal by 0.13-0.15 us (0.4%).
+  Goal missed at T=8 by 0.13-0.97 us over the three runs: there swap_ab's ring ties cuBLAS or beats it
+  by a percent (35.85 / 35.82, 36.47 / 36.50, 35.63 / 36.03). Narrower MMA tiles for T = 3 and 8 (16-32
+  rows of W per program on 1-2 warps, 448-896 programs, the GEMV's many-programs shape;
+  `qkv_tile_sweep.py`, graph replays) did not beat the
   shipped ones: at T = 8 the best, (16 rows, 128-wide K, 4 stages, 1 warp), took 36.99 us against
   the shipped (128, 128, 4, 4)'s 36.57 and cuBLAS's 36.78 in one process. Nor does a cache policy on
   W's loads, which gained the GEMV 0.2 us at T = 1: swap_ab's 13 decode tiles forced with plain,
