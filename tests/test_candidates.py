@@ -244,18 +244,21 @@ def test_token_ring_matches_head_groups_where_tma_cannot_read(candidate, tmp_pat
 
 
 # ---- qkv_gate_gemm/flat_gemv: the one-token GEMV on rows and widths the task never gives --------------
-def test_flat_gemv_rounds_every_row_once_at_any_width(tmp_path):
+@pytest.mark.parametrize("candidate", ["flat_gemv", "pdl_flat_gemv"])
+def test_flat_gemv_rounds_every_row_once_at_any_width(candidate, tmp_path):
     """At T = 1 flat_gemv runs its GEMV, not swap_ab's MMAs. With each of its GPU configs forced, a row
     count that leaves a masked row (7, 5, 3 against ROWS = 2) and widths with no tail (64), a masked
     tail (100: 64 + 36 of 64) and a 2-wide one (130: 128 + 2), every output is the exact FP64 product
-    rounded once to BF16, give or take the FP32 sum's own error."""
+    rounded once to BF16, give or take the FP32 sum's own error. pdl_flat_gemv, the same kernel launched
+    with PDL (its configs carry launch_pdl), too."""
     import torch
     import triton
 
     from harness import interpreter_patches
 
-    path = REPO_ROOT / "candidate_kernels" / "qkv_gate_gemm" / "flat_gemv.py"
+    path = REPO_ROOT / "candidate_kernels" / "qkv_gate_gemm" / f"{candidate}.py"
     gemv_configs = [kw for kw in _gpu_configs(TASKS["qkv_gate_gemm"], path, tmp_path) if "ROWS" in kw]
+    assert all(kw.get("launch_pdl", False) == (candidate == "pdl_flat_gemv") for kw in gemv_configs), gemv_configs
     module = _load_module(path)
     interpreter_patches.apply()
     shipped, failures = module._gemv_kernel.configs, []
