@@ -15,6 +15,8 @@ candidate carried it to a harness run: the only PDL variant judged (pdl_prefetch
 the wait) lost 3.4 us at T = 1 to its prefetches and was removed. Not offered here: griddepcontrol.launch_dependents
 (pdl_trig in that sweep, 35.20 at T = 8), which only shortens a run of this same kernel back to back; in a decode
 step the kernel ahead is another task's.
+Not yet run in the harness on a GPU: the fifty-fourth session's device time ran out before its call
+(`harness run task=qkv_gate_gemm "candidates=[pdl_flat_gemv,flat_gemv]" bench.max_seconds=3`, about 100 s).
 
 Floor, goals, numerics, tiling and launch: flat_gemv.py's header (T = 1 and 8: 146.8-147.0 MB -> 34.35-34.39 us at
 4275 GB/s; goal <= 35.5 us at T = 1 and 8). On the CPU (Triton's interpreter) nothing differs from the parent:
