@@ -14,6 +14,8 @@ import json
 import multiprocessing
 import os
 import re
+import subprocess
+import sys
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
@@ -359,12 +361,15 @@ def _stand_in_decode(q_THD, k_SKD, v_SKD, q_positions_T):
 def test_library_attention_layouts_reproduce_the_reference_in_the_model(reference_run, sliding):
     """Ring copies sorted by position with empty slots dropped, the global region's prefix, and in
     decode either the ring unmasked (its slots are the window) or SDPA masked by the positions: the
-    whole model with these paths gives the reference's greedy tokens."""
+    whole model with these paths passes the whole-model verdict the GPU's library paths get. SDPA sums
+    in its own order, so its greedy tokens may part from the reference's where the verdict allows
+    (near ties, observed reroutings): on an AMD EPYC with AVX2 alone the masked run did at 3 of 32
+    steps, all near ties with top-2 gaps of 0.05-0.07 x RMS; a wrong layout moves every step by O(1)."""
     decode_sliding = library_paths.ring_decode(_stand_in_decode) if sliding == "ring" else library_paths.masked_decode
     attention = library_paths.LibraryAttention(_stand_in_decode, decode_sliding, _stand_in_prefill)
     model = random_model(TINY, SEED, CPU, ops=ops.ModelOps(attention=attention))
     run = model_parity.greedy_run(model, TINY_CHUNKS, DECODE_STEPS, forced=reference_run.tokens)
-    verdict = model_parity.compare(reference_run, run)
+    verdict = model_parity.compare(reference_run, run, strict=False, experts_per_group=TINY.experts_per_group)
     assert verdict.passed, verdict.summary()
     cases = library_paths._probe_cases(TINY, CPU)
     assert library_paths.probe(attention, cases["prefill"] + cases["decode_global"] + cases["decode_sliding"]) is None
@@ -438,34 +443,28 @@ def test_optimized_beam_tiny_matches_the_reference_with_every_candidate(referenc
 
 
 # ---- the reference's golden logits -----------------------------------------------------------------------
-GOLDEN_INDICES = (0, 1, 191, 383)
-GOLDEN_REL_TOL = 1e-5  # same torch on another CPU may reorder an FP32 sum; a changed eps moves logits by ~3%
+GOLDEN_REL_TOL = 1e-5  # the pinned numerics repeat to the bit; a changed eps moves logits by ~3%
 
 
-def _summary(logits_V: torch.Tensor) -> dict:
-    x = logits_V.double()
-    top2 = x.topk(2).values
-    return {"argmax": int(x.argmax()), "mean": float(x.mean()), "std": float(x.std()),
-            "logsumexp": float(x.logsumexp(0)), "top2_gap": float(top2[0] - top2[1]),
-            "values": [float(x[i]) for i in GOLDEN_INDICES]}  # fmt: skip
-
-
-def test_reference_logits_match_the_golden_summary(reference_run):
+def test_reference_logits_match_the_golden_summary():
     """A silent change to the reference model (an eps, a rounding point, a residual coefficient, the
     routing) changes these numbers: checked when written by editing ops.py's eps and a rounding point.
-    The numbers are those of oneDNN's AVX-512 BF16 GEMMs (conftest.py caps its ISA there): AMX kernels,
-    or AVX2 ones, accumulate in another order, and the greedy run drifts from step 25 on."""
-    got = {
-        "preset": TINY.name, "seed": SEED, "chunks": TINY_CHUNKS, "decode_steps": DECODE_STEPS,
-        "tokens": reference_run.tokens,
-        "chunk_logits": [_summary(x) for x in reference_run.chunk_logits],
-        "step_logits": [_summary(x) for x in reference_run.step_logits],
-    }  # fmt: skip
+    The run is a child process with the CPU numerics pinned (tests/golden/summarize.py), so any x86-64
+    machine with AVX2 repeats them: left to pick kernels by the CPU, an AMD EPYC with AVX2 alone parted
+    from a summary written with AVX-512 at decode step 25."""
+    spec = {"preset": TINY.name, "seed": SEED, "chunks": TINY_CHUNKS, "decode_steps": DECODE_STEPS}
+    child = subprocess.run([sys.executable, str(GOLDEN.parent / "summarize.py"), json.dumps(spec)],
+                           capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert child.returncode == 0, child.stderr[-4000:]
+    got = json.loads(child.stdout)
+    if not got["cpu"]["has_avx2"]:
+        pytest.skip("the golden summary is of ATen's AVX2 kernels, and this CPU has no AVX2")
+    assert got["cpu"]["aten_capability"] == "AVX2", f"ATEN_CPU_CAPABILITY=avx2 was not taken: {got['cpu']}"
     if os.environ.get("BEAM_WRITE_GOLDEN") == "1":
-        GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(json.dumps(got, indent=1) + "\n")
         pytest.skip(f"wrote {GOLDEN}")
     want = json.loads(GOLDEN.read_text())
+    assert {k: got[k] for k in spec} == {k: want[k] for k in spec}, "the golden run's inputs changed"
     assert got["tokens"] == want["tokens"], "greedy tokens of the reference changed"
     for kind in ("chunk_logits", "step_logits"):
         for i, (g, w) in enumerate(zip(got[kind], want[kind], strict=True)):
