@@ -449,8 +449,8 @@ GOLDEN_REL_TOL = 1e-5  # the pinned numerics repeat to the bit; a changed eps mo
 def test_reference_logits_match_the_golden_summary():
     """A silent change to the reference model (an eps, a rounding point, a residual coefficient, the
     routing) changes these numbers: checked when written by editing ops.py's eps and a rounding point.
-    The run is a child process with the CPU numerics pinned (tests/golden/summarize.py), so any x86-64
-    machine with AVX2 repeats them: left to pick kernels by the CPU, an AMD EPYC with AVX2 alone parted
+    The run is a child process with the CPU numerics pinned (tests/golden/summarize.py), so that the
+    CPU's ISA does not move them: left to pick kernels by the CPU, an AMD EPYC with AVX2 alone parted
     from a summary written with AVX-512 at decode step 25."""
     spec = {"preset": TINY.name, "seed": SEED, "chunks": TINY_CHUNKS, "decode_steps": DECODE_STEPS}
     child = subprocess.run([sys.executable, str(GOLDEN.parent / "summarize.py"), json.dumps(spec)],

@@ -1,6 +1,6 @@
-"""Summarize the reference's greedy run on beam-tiny with CPU numerics pinned, so that every x86-64
-machine with AVX2 gives the same numbers (tests/test_optimized_model.py compares them with
-beam_tiny_reference.json).
+"""Summarize the reference's greedy run on beam-tiny with CPU numerics pinned, so that the numbers
+depend on torch's version (CI installs 2.13.0's CPU build) and not on the x86-64 CPU it runs on,
+given AVX2 (tests/test_optimized_model.py compares them with beam_tiny_reference.json).
 
     python tests/golden/summarize.py '{"preset": "beam-tiny", "seed": 0, "chunks": [[...], ...], "decode_steps": 32}'
 
@@ -9,9 +9,11 @@ vectorized reductions are as wide as the widest ISA found (AVX2 or AVX-512), MKL
 a per-CPU code path, BF16 GEMMs go through oneDNN where the CPU has AVX-512 (with AMX kernels on
 Sapphire Rapids and later) and through ATen elsewhere, and reductions split by thread count. Each
 choice accumulates in its own order, a BF16 rounding flips now and then, and the greedy run drifts
-from there on (measured: an AMD EPYC with AVX2 alone first parted from the AVX-512 summary at decode
-step 25). Pinned here, before torch is imported: ATen's AVX2 kernels, MKL's COMPATIBLE branch
-(Intel's conditional numerical reproducibility, the same on any x86-64), oneDNN off, one thread.
+from there on (measured: an AMD EPYC with AVX2 alone first parted from a summary written with
+AVX-512 at decode step 25). Pinned here, before torch is imported: ATen's AVX2 kernels, MKL's
+COMPATIBLE branch (Intel's conditional numerical reproducibility: SSE2 code on any x86-64), oneDNN
+off, one thread. Checked on that AMD EPYC only: the GPU machine's torch 2.11 draws other random
+weights for the same seed, so its CPU cannot check the summary.
 """
 
 from __future__ import annotations
