@@ -63,6 +63,7 @@ def main(spec: dict) -> dict:
     run = model_parity.greedy_run(model, spec["chunks"], spec["decode_steps"])
     return {
         **spec,
+        "torch": torch.__version__.partition("+")[0],
         "cpu": {"has_avx2": HAS_AVX2, "aten_capability": torch.backends.cpu.get_cpu_capability()},
         "tokens": run.tokens,
         "chunk_logits": [summary(x) for x in run.chunk_logits],
