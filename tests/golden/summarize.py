@@ -36,7 +36,7 @@ def _cpu_flags() -> set[str]:
 HAS_AVX2 = "avx2" in _cpu_flags()
 if HAS_AVX2:
     os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
-os.environ.update(MKL_CBWR="COMPATIBLE", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+os.environ["MKL_CBWR"] = "COMPATIBLE"  # read when MKL loads; the thread count is set in main()
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import torch  # noqa: E402
