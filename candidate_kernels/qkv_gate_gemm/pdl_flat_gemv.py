@@ -15,13 +15,15 @@ candidate carried it to a harness run: the only PDL variant judged (pdl_prefetch
 the wait) lost 3.4 us at T = 1 to its prefetches and was removed. Not offered here: griddepcontrol.launch_dependents
 (pdl_trig in that sweep, 35.20 at T = 8), which only shortens a run of this same kernel back to back; in a decode
 step the kernel ahead is another task's.
-Measured on an H100 only (fifty-fifth session, 05ed479; no H200 could be started that session):
-`harness run task=qkv_gate_gemm "candidates=[pdl_flat_gemv,flat_gemv]" bench.max_seconds=3`, run
-20261206T230758-865e86, p50 us against flat_gemv beside it: T=1 48.33 / 48.45, T=3 50.67 / 50.88, T=8 50.93 / 51.12,
-T=64 53.71 / 53.82, T=1000 234.11 / 235.53 (the packed cuBLAS reference 51.77 / 51.86 / 51.96 / 53.51 / 192.93). It
-passed parity at every shape with the parent's figures (T=1 max 5 ulp on 109 of 43008 elements, none off elsewhere),
-and its autotuner took the parent's configs. 0.11-0.21 us ahead at T <= 64, as in the H200 sweep; not promotable
-(T=1000 0.82x cuBLAS, the parent's prefill tiles). Whether it meets 35.5 us at T = 8 on the H200 is not yet measured.
+Measured on the H200 (fifty-seventh session, ae13804): `harness run task=qkv_gate_gemm
+"candidates=[pdl_flat_gemv,flat_gemv]" bench.max_seconds=3`, run 20261207T053832-8157cd, p50 us against flat_gemv
+beside it: T=1 34.26 / 34.36, T=3 35.35 / 35.50, T=8 35.44 / 35.70 (p20-p80 35.39-35.48 / 35.65-35.73), T=64
+37.47 / 37.70, T=1000 227.71 / 229.36 (the packed cuBLAS reference 36.53 / 36.03 / 35.99 / 39.84 / 188.15). The
+T = 8 goal is met by 0.06 us in that run (flat_gemv missed it by 0.20 beside it), at 103% of one kernel moving the
+same bytes; T = 1 by 1.24. It passed parity at every shape with the parent's figures (T=1 max 5 ulp on 109 of 43008
+elements, none off elsewhere), and its autotuner took the parent's configs. Not promotable: T=1000 0.83x cuBLAS (the
+parent's prefill tiles). On an H100 (fifty-fifth session, 05ed479, run 20261206T230758-865e86) it ran 0.11-0.21 us
+ahead of flat_gemv at T <= 64 (T=8 50.93 / 51.12).
 
 Floor, goals, numerics, tiling and launch: flat_gemv.py's header (T = 1 and 8: 146.8-147.0 MB -> 34.35-34.39 us at
 4275 GB/s; goal <= 35.5 us at T = 1 and 8). On the CPU (Triton's interpreter) nothing differs from the parent:
