@@ -21,9 +21,12 @@ beside it: T=1 34.26 / 34.36, T=3 35.35 / 35.50, T=8 35.44 / 35.70 (p20-p80 35.3
 37.47 / 37.70, T=1000 227.71 / 229.36 (the packed cuBLAS reference 36.53 / 36.03 / 35.99 / 39.84 / 188.15). The
 T = 8 goal is met by 0.06 us in that run (flat_gemv missed it by 0.20 beside it), at 103% of one kernel moving the
 same bytes; T = 1 by 1.24. It passed parity at every shape with the parent's figures (T=1 max 5 ulp on 109 of 43008
-elements, none off elsewhere), and its autotuner took the parent's configs. Not promotable: T=1000 0.83x cuBLAS (the
-parent's prefill tiles). On an H100 (fifty-fifth session, 05ed479, run 20261206T230758-865e86) it ran 0.11-0.21 us
-ahead of flat_gemv at T <= 64 (T=8 50.93 / 51.12).
+elements, none off elsewhere). Its autotuner, over the parent's configs, picked other ones than flat_gemv's at T = 1,
+3 and 8: at T = 8 one program per 128 rows of W, against flat_gemv's 2 x SMs equal runs of rows in 64-row blocks, so
+that run does not split the 0.26 us between PDL and the tiling; flat_gemv with this T = 8 config ran 35.65 us in the
+fifty-fourth session (run 20261206T203809-75225f). Not promotable: T=1000 0.83x cuBLAS (the parent's prefill
+tiles). On an H100 (fifty-fifth session, 05ed479, run 20261206T230758-865e86) it ran 0.11-0.21 us ahead of flat_gemv
+at T <= 64 (T=8 50.93 / 51.12, the same config picked by both).
 
 Floor, goals, numerics, tiling and launch: flat_gemv.py's header (T = 1 and 8: 146.8-147.0 MB -> 34.35-34.39 us at
 4275 GB/s; goal <= 35.5 us at T = 1 and 8). On the CPU (Triton's interpreter) nothing differs from the parent:
