@@ -32,7 +32,8 @@ Cheat checks around every candidate call (names as recorded):
   background_thread         a Python thread started by the call still alive when it returns
   patched_function          timers, torch.cuda.Event/Stream/synchronize, torch.equal, builtins,
                             harness or task functions rebound (identities snapshot before import)
-  fallback_to_reference     a reference_model code object executed during the call (sys.setprofile)
+  fallback_to_reference     a reference_model code object executed during the call (sys.setprofile;
+                            the first seed's call at each shape, see parity_loop)
   profile_hook_removed      the call removed the profile hook that watches for the fallback
   stale_memory              (parent) an output holding the allocator poison pattern: it was never
                             written, and would have shown whatever an earlier op left there
@@ -421,7 +422,9 @@ def parity_loop(
 ) -> None:  # fmt: skip
     """Every shape and seed through `checked_call`; outputs saved for the parent to judge. A shape whose
     inputs do not fit in GPU memory is reported not run, and the next one runs. `launches`, if given,
-    records which autotuners each call launched."""
+    records which autotuners each call launched. `watch_fallback` watches the first seed's call at each
+    shape: the shape picks a launcher's code path, the seed only the values (and under the Triton
+    interpreter a watched call takes 2.5-4 times as long as the same call unwatched)."""
     from harness.bench import drawn_or_unfit
 
     device = torch.device(request["device"])
@@ -440,8 +443,9 @@ def parity_loop(
                 break
             try:
                 with launches.call(shape_label, seed) if launches else contextlib.nullcontext():
+                    watched = watch_fallback and seed == request["seeds"][0]
                     returned, cheats = checked_call(torch, task, fn, inputs, device, request["settle_s"],
-                                                    earlier_ptrs, guard, watch_fallback, trusted)  # fmt: skip
+                                                    earlier_ptrs, guard, watched, trusted)  # fmt: skip
                 file_info = _save_outputs(torch, task, returned, inputs, out_dir, f"{impl}-{shape_label}-{seed}")
             except BaseException as e:  # the implementation's failure is data: recorded, the next shape runs
                 fallback = compile_fallback(e) if trusted else None

@@ -224,3 +224,34 @@ def test_a_heavy_candidates_configs_are_dealt_to_several_children():
     assert parts == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 0)]
     assert plan_parity_children([1], seeds=1, jobs=8) == [ParityChild(0, 0, (0,))]
     assert plan_parity_children([0, 0], seeds=2, jobs=2) == [ParityChild(0, 0, ()), ParityChild(1, 0, ())]
+
+
+def test_the_fallback_watch_is_on_for_the_first_seed_of_each_shape(tmp_path):
+    """The parity loop watches one call per shape, its first seed's: the shape picks a launcher's code
+    path. A fallback there is named; the later seeds run at the interpreter's unwatched speed."""
+    import json
+    import sys
+
+    from harness import child
+    from tasks import get_task
+
+    task = get_task("fuse_norm")
+    watched: list[tuple[tuple[int, ...], bool]] = []
+
+    def falls_back(**inputs):
+        watched.append((tuple(inputs["y_TD"].shape), sys.getprofile() is not None))
+        return task.reference(**inputs)
+
+    report_path = tmp_path / "report.jsonl"
+    report_path.touch()
+    shapes = [s.label for s in task.cpu_shapes[:2]]
+    request = {"device": "cpu", "scratch": str(tmp_path), "shapes": shapes, "seeds": [1, 2, 3], "settle_s": 0.0}
+    guard = child.snapshot_identities(sys.modules[task.make_inputs.__module__])
+    child.parity_loop(torch, request, task, falls_back, "candidate", child.Reporter(str(report_path)), None, guard,
+                      [], watch_fallback=True)  # fmt: skip
+    assert [on for _, on in watched] == [True, False, False] * len(shapes)
+    assert len({shape for shape, _ in watched}) == len(shapes)
+    calls = [e for e in map(json.loads, report_path.read_text().splitlines()) if e["event"] == "call"]
+    named = [(e["shape"], e["seed"]) for e in calls if any(c.startswith("fallback_to_reference") for c in e["cheats"])]
+    assert named == [(shape, 1) for shape in shapes]
+    assert sys.getprofile() is None
