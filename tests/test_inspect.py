@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -106,19 +107,25 @@ def test_load_round_trips_count_the_loads_issued_after_a_use_of_a_loaded_value()
     assert trips(_sass(*loop)) == 2
 
 
-def _compiled(tmp_path, task: str, candidate: str, shape: str) -> list[InspectionRecord]:
-    """`harness inspect` of one candidate at one shape: the records of what compiled."""
-    result = harness("inspect", f"task={task}", f"candidate={candidate}", f"shapes=['{shape}']",
-                     f"results_dir={tmp_path / candidate}")  # fmt: skip
-    assert result.returncode == 0, result.stderr
-    return [r for r in _records(tmp_path / candidate, task) if r.status == "compiled"]
+def _compiled(tmp_path, task: str, candidates: tuple[str, ...], shape: str) -> dict[str, list[InspectionRecord]]:
+    """`harness inspect` of each candidate at one shape, their commands side by side (each compiles on
+    one core): the records of what compiled, by candidate."""
+
+    def inspect(candidate: str) -> list[InspectionRecord]:
+        result = harness("inspect", f"task={task}", f"candidate={candidate}", f"shapes=['{shape}']",
+                         f"results_dir={tmp_path / candidate}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return [r for r in _records(tmp_path / candidate, task) if r.status == "compiled"]
+
+    with ThreadPoolExecutor(len(candidates)) as pool:
+        return dict(zip(candidates, pool.map(inspect, candidates), strict=True))
 
 
 def test_lean_rows_loads_take_two_round_trips_without_a_register_cap_and_upfront_rows_one(tmp_path):
     """router_gemm/upfront_row is lean_row launched with maxnreg: the reason it exists, as ptxas compiles it."""
     (lean,), (upfront,) = (
-        [r for r in _compiled(tmp_path, "router_gemm", candidate, "T=1") if r.kernel == "_row_dot_kernel"]
-        for candidate in ("lean_row", "upfront_row")
+        [r for r in records if r.kernel == "_row_dot_kernel"]
+        for records in _compiled(tmp_path, "router_gemm", ("lean_row", "upfront_row"), "T=1").values()
     )
     assert "maxnreg" not in lean.config and "maxnreg=128" in upfront.config
     assert lean.figures["loads"] == upfront.figures["loads"] == {"16": 5, "8": 5}  # the same ten loads per thread
@@ -131,9 +138,9 @@ def test_loads_first_programs_wait_for_memory_twice_where_pdl_token_rings_wait_t
     """qk_norm_rope/loads_first issues every load its id determines before waiting for any: at sliding T = 1 each
     grid config makes two round trips (the second for the cos|sin row of the token's position), its parent's 3-5."""
     trips = {
-        candidate: {r.config: r.figures["sass"]["load_round_trips"]
-                    for r in _compiled(tmp_path, "qk_norm_rope", candidate, "sliding T=1")}
-        for candidate in ("pdl_token_ring", "loads_first")
+        candidate: {r.config: r.figures["sass"]["load_round_trips"] for r in records}
+        for candidate, records in _compiled(tmp_path, "qk_norm_rope", ("pdl_token_ring", "loads_first"),
+                                            "sliding T=1").items()
     }  # fmt: skip
     assert trips["loads_first"].keys() == trips["pdl_token_ring"].keys() and len(trips["loads_first"]) == 6
     assert set(trips["loads_first"].values()) == {2}
@@ -144,9 +151,8 @@ def test_fuse_norm_loads_first_plain_programs_make_one_round_trip_where_mixed_sq
     """fuse_norm/loads_first is mixed_squares with a barrier after a plain program's first loads: ptxas can no longer
     issue the weights' and h's loads after y's sum of squares. The rings (TMA) are the same code."""
     trips = {
-        candidate: {r.config: (r.figures["sass"]["load_round_trips"], r.figures["spill_store_bytes"])
-                    for r in _compiled(tmp_path, "fuse_norm", candidate, "T=1")}
-        for candidate in ("mixed_squares", "loads_first")
+        candidate: {r.config: (r.figures["sass"]["load_round_trips"], r.figures["spill_store_bytes"]) for r in records}
+        for candidate, records in _compiled(tmp_path, "fuse_norm", ("mixed_squares", "loads_first"), "T=1").items()
     }  # fmt: skip
     plain = [c for c in trips["mixed_squares"] if "RING=False" in c]
     assert trips["loads_first"].keys() == trips["mixed_squares"].keys() and len(plain) == 6
