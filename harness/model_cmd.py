@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import statistics
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
@@ -290,6 +291,18 @@ def write_record(record: ModelCheckRecord, out_dir: str | Path) -> Path:
     return path
 
 
+def _out_of_memory(phase: str, s: ModelCheckSettings, device_name: str, dev: torch.device, error: Exception) -> int:
+    """A phase that ran out of GPU memory: what it asked for, on which GPU, and the settings that shrink it
+    (beam-slice's 8 x 2048 prefill at 100K context peaked at 86.0 GiB on an H200: more than an H100 has)."""
+    total = torch.cuda.get_device_properties(dev).total_memory / GIB if dev.type == "cuda" else None
+    on = f"{device_name} ({total:.1f} GiB)" if total is not None else device_name
+    shrink = ("context", "decode_steps") if phase == "decode" else ("prefill_seqs", "prefill_len", "context")
+    now = ", ".join(f"{name}={getattr(s, name)}" for name in shrink)
+    print(f"error: the {phase} check of {s.preset!r} ran out of memory on {on}: {str(error).splitlines()[0]}\n"
+          f"  no record written; smaller values of {now} shrink it", file=sys.stderr)  # fmt: skip
+    return 1
+
+
 def check(settings: ModelCheckSettings) -> int:
     cfg = get_config(settings.preset)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -299,7 +312,10 @@ def check(settings: ModelCheckSettings) -> int:
     init_ms, model = _timed(lambda: random_model(cfg, settings.seed, dev), dev)
     counts = parameter_counts(model)
     print(f"  weights: {_count_formatter(counts.total)(counts.total)} parameters, built in {init_ms / 1e3:.1f} s")
-    decode = _check_decode(model, settings, failures)
+    try:
+        decode = _check_decode(model, settings, failures)
+    except torch.OutOfMemoryError as e:
+        return _out_of_memory("decode", settings, env.device, dev, e)
     print(f"  decode at {settings.context:,} context: eager {decode['decode_eager_ms']:.2f} ms/step", end="")
     if decode["decode_graph_ms"] is not None:
         print(
@@ -308,7 +324,10 @@ def check(settings: ModelCheckSettings) -> int:
         )
     else:
         print(" (no CUDA: graph replay skipped)")
-    prefill = _check_prefill(model, settings, failures)
+    try:
+        prefill = _check_prefill(model, settings, failures)
+    except torch.OutOfMemoryError as e:
+        return _out_of_memory("prefill", settings, env.device, dev, e)
     shape = f"{settings.prefill_seqs} x {settings.prefill_len}"
     print(f"  prefill {shape} at {settings.context:,} context: {prefill['prefill_ms']:.1f} ms")
     record = ModelCheckRecord(

@@ -365,3 +365,22 @@ def test_model_check_on_cpu_writes_a_record(tmp_path):
     assert record["environment"]["torch"] == torch.__version__
     with pytest.raises(ValueError, match="max_positions=4096"):
         ModelCheckSettings(preset="beam-tiny", context=4000, prefill_len=200)
+
+
+def test_model_check_that_runs_out_of_memory_says_where_and_what_shrinks_it(tmp_path, monkeypatch, capsys):
+    """beam-slice's prefill at 100K context peaks above an H100's 80 GB: the check names the phase, the device
+    and the settings that shrink it, and writes no record (a traceback before)."""
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 1.25 GiB.\nmore text")
+
+    monkeypatch.setattr(Beam, "prefill", out_of_memory)
+    settings = ModelCheckSettings(
+        preset="beam-tiny", context=30, decode_steps=2, prefill_seqs=2, prefill_len=10, out=str(tmp_path)
+    )
+    assert check(settings) == 1
+    err = capsys.readouterr().err
+    assert "error: the prefill check of 'beam-tiny' ran out of memory on cpu" in err
+    assert "CUDA out of memory. Tried to allocate 1.25 GiB." in err and "more text" not in err
+    assert "smaller values of prefill_seqs=2, prefill_len=10, context=30 shrink it" in err
+    assert not list(tmp_path.iterdir())
