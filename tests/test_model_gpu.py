@@ -1,6 +1,7 @@
 """beam-slice (layers 0..5 at full width, 66 GB of BF16 weights) on one H200.
 
-Run: python -m pytest -m gpu tests/test_model_gpu.py   (about a minute; skipped without CUDA)
+Run: python -m pytest -m gpu tests/test_model_gpu.py   (about a minute; skipped without CUDA, and the
+prefill on a GPU with less memory than its peak: an H100's 79.2 GiB)
 
 Decode: one token at 100352 tokens of synthetic context, eager and replayed from a CUDA graph.
 Prefill: 8 sequences x 2048 new tokens, each on top of 100352 tokens of context. Memory: weights
