@@ -428,7 +428,8 @@ def _mappings() -> list[dict[str, str]]:
 @pytest.mark.slow
 def test_optimized_beam_tiny_matches_the_reference_with_every_candidate(reference_run):
     """Prefill in two chunks and CANDIDATE_STEPS decode steps through the Triton interpreter, one child
-    process per mapping, in parallel (the whole model: about a minute and a half on two cores)."""
+    process per mapping, in parallel (as many mappings as the task with the most candidates has files: ten, about five
+    minutes on two cores)."""
     mappings = _mappings()
     assert {t for m in mappings for t in m} >= {"fuse_norm", "output_gate", "moe_experts"}
     reference = _first_steps(reference_run, CANDIDATE_STEPS)
