@@ -1,4 +1,4 @@
-"""Make the Triton 3.6.0 interpreter's `tl.dot` and FP32 -> BF16 casts compute what the GPU computes.
+"""Make the Triton 3.6.0 interpreter's `tl.dot` and FP32 -> BF16 casts compute what the GPU computes, and run it faster.
 
 Under TRITON_INTERPRET=1, `InterpreterBuilder.create_dot` hands the operands' numpy storage to
 `np.matmul`. The interpreter stores BF16 as uint16 bit patterns, so a BF16 dot multiplies the
@@ -22,22 +22,40 @@ kernel's BF16 outputs are 1 ulp off on CPU and its error against FP64 doubles. E
 `fp_downcast_rounding="rtz"` truncates, as on the GPU (the interpreter's own path mangles FP32
 subnormals there; the patch truncates the bits directly).
 
-One more replacement is for speed alone: the interpreter's `_patch_builtin`, which swaps `tl`'s builtins for
-interpreted ones and runs four times on every nested `@triton.jit` call, lists each package with
-`inspect.getmembers` each time. Listing its names once instead (`dir`, then the same values in the same
-order) took the optimized tiny model's CPU test from 95 to 83 s and a qk_norm_rope parity child from about
-17 to 16 s (one run each, on a 2-core CPU machine), patching exactly what the original patches
-(tests/test_interpreter_patches.py).
+Four more changes are for speed alone; with each, a kernel computes and raises exactly what it did without:
+  - `_patch_builtin`, which swaps `tl`'s builtins for interpreted ones and runs four times on every nested
+    `@triton.jit` call, lists each package with `inspect.getmembers` each time. Listing its names once instead
+    (`dir`, then the same values in the same order) took the optimized tiny model's CPU test from 95 to 83 s
+    and a qk_norm_rope parity child from about 17 to 16 s (one run each, on a 2-core CPU machine).
+  - A nested `@triton.jit` call (`InterpretedFunction.__call__`: a helper, or the combine function of every
+    `tl.sum` and `tl.max`) patches the languages in its module's globals again each time, and never restores
+    them. Within one launch nothing restores them either (only a launch's end does, `_LangPatchScope.restore`),
+    so from the second such call on, the patch swaps closures for identical closures. It now runs once per
+    module between two restores.
+  - `_get_np_dtype` built its table of eighteen types on every call (one per tensor the interpreter makes);
+    its answer for each scalar type is now kept (a block's is its element's).
+  - `sanitize_overflow`, on in the interpreter's options, makes every integer add, subtract and multiply of fewer
+    than 64 bits also compute itself in int64 and compare the result with the type's range, for a
+    `device_assert` that returns without looking unless `debug` is on. The interpreter's options never turn it on
+    (Triton 3.6.0 builds them once, with `debug=False`), so where `debug` is off the check is turned off too.
+The last three, against the first alone (fifty-ninth session, this 2-core machine): a GEMV launch of 96 programs
+(qkv_gate_gemm/flat_gemv at beam-tiny) 0.60 -> 0.34 s; the optimized tiny model of mapping 0 in the every-candidate
+test, prefill and 12 decode steps on one core, 86 -> 43 s; that test alone on two cores 180 -> 117 s.
 
-The patches change only the interpreter (its builder class and `_patch_builtin`): compiled GPU kernels
-never use it, so `apply()` is harmless on the GPU machine. It is idempotent, and checks that each function
-it replaces has the signature it was written against, so that a Triton upgrade fails loudly instead of
-silently computing something else.
+The patches change only the interpreter (its builder, `_patch_builtin`, `_get_np_dtype`, the nested call and the
+patch scope's restore): compiled GPU kernels never use it, so `apply()` is harmless on the GPU machine. It is
+idempotent, and checks that each function it replaces has the signature it was written against (and, where it
+re-implements a body, that body's source), so that a Triton upgrade fails loudly instead of silently computing
+something else.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import inspect
+import textwrap
+from collections.abc import Callable
 
 import numpy as np
 
@@ -47,6 +65,9 @@ _EXPECTED_PARAMS = {
     "cast_impl": ("self", "src", "dst_type"),
     "create_fp_to_fp": ("self", "src", "dst_type", "rounding_mode"),
     "_patch_builtin": ("pkg", "builder", "scope"),
+    "InterpretedFunction.__call__": ("self", "args", "kwargs"),
+    "_LangPatchScope.restore": ("self",),
+    "_get_np_dtype": ("tt_dtype",),
 }
 _PATCH_MARKER = "_beam_interpreter_patch"
 
@@ -166,33 +187,136 @@ def _make_patch_builtin(interpreter, original_patch_builtin):
     return _patch_builtin
 
 
+class _PatchedSinceRestore:
+    """The module globals whose languages a nested `@triton.jit` call has patched since a patch scope last
+    restored anything. Only `_LangPatchScope.restore` (a launch's end) ever puts an original back; until it
+    runs, a module's languages patched once stay patched."""
+
+    def __init__(self) -> None:
+        self._globals: list[dict] = []  # a launch reaches a few modules: a list, compared by identity
+
+    def __contains__(self, fn_globals: dict) -> bool:
+        return any(g is fn_globals for g in self._globals)
+
+    def add(self, fn_globals: dict) -> None:
+        self._globals.append(fn_globals)
+
+    def clear(self) -> None:
+        self._globals.clear()
+
+
+_PATCHED_SINCE_RESTORE = _PatchedSinceRestore()
+
+
+def _make_nested_call(interpreter, original_call):
+    """`InterpretedFunction.__call__` (a device function called from a kernel), patching the languages of its
+    module only where nothing has restored them since it last did (see the module docstring)."""
+
+    def __call__(self, *args, **kwargs):
+        fn_globals = self.fn.__globals__
+        if fn_globals not in _PATCHED_SINCE_RESTORE:
+            interpreter._patch_lang(self.fn)
+            _PATCHED_SINCE_RESTORE.add(fn_globals)
+        fn = self.rewrite()
+        try:
+            return fn(*args, **kwargs)
+        except Exception as e:
+            raise interpreter.InterpreterError(repr(e)) from e
+
+    __call__.__wrapped__ = original_call
+    setattr(__call__, _PATCH_MARKER, True)
+    return __call__
+
+
+def _make_scope_restore(interpreter, original_restore):
+    """`_LangPatchScope.restore`, which also forgets which modules nested calls have patched."""
+
+    def restore(self):
+        _PATCHED_SINCE_RESTORE.clear()
+        original_restore(self)
+
+    restore.__wrapped__ = original_restore
+    setattr(restore, _PATCH_MARKER, True)
+    return restore
+
+
+def _make_np_dtype(interpreter, original_np_dtype):
+    """`_get_np_dtype`, its answers for scalar types kept. A block's numpy type is its element's (a block of
+    pointers too: uint64, as a pointer's); pointer types, unhashable, go to the original, which answers them
+    before building its table."""
+    tl = interpreter.tl
+    known: dict[object, object] = {}
+
+    def _get_np_dtype(tt_dtype):
+        scalar = tt_dtype.element_ty if isinstance(tt_dtype, tl.block_type) else tt_dtype
+        if isinstance(scalar, tl.pointer_type):
+            return original_np_dtype(scalar)
+        found = known.get(scalar)
+        if found is None:
+            found = known[scalar] = original_np_dtype(scalar)
+        return found
+
+    _get_np_dtype.__wrapped__ = original_np_dtype
+    setattr(_get_np_dtype, _PATCH_MARKER, True)
+    return _get_np_dtype
+
+
+# Replacements that re-implement a body rather than wrap it: the sha256 of the original's dedented source (triton
+# 3.6.0), so that a Triton whose body changed fails loudly even where the signature did not.
+_EXPECTED_SOURCE_SHA256 = {
+    "InterpretedFunction.__call__": "c4349b1c6ee998f5767de0e74abd15cdcd8eef1163ce64f0f9c9bd10bc9f8659",
+}
+
+
+def _replacements(interpreter) -> list[tuple[object, str, str, Callable]]:
+    """(owner, attribute, name in _EXPECTED_PARAMS, factory) of every replacement."""
+    builder = interpreter.InterpreterBuilder
+    return [
+        *((builder, name, name, factory) for name, factory in _FACTORIES.items()),
+        (interpreter, "_patch_builtin", "_patch_builtin", _make_patch_builtin),
+        (interpreter.InterpretedFunction, "__call__", "InterpretedFunction.__call__", _make_nested_call),
+        (interpreter._LangPatchScope, "restore", "_LangPatchScope.restore", _make_scope_restore),
+        (interpreter, "_get_np_dtype", "_get_np_dtype", _make_np_dtype),
+    ]
+
+
 def is_applied() -> bool:
     """Whether every patch is in place (for records and test preconditions)."""
     interpreter = _interpreter_module()
-    patched = [getattr(interpreter.InterpreterBuilder, name) for name in _FACTORIES] + [interpreter._patch_builtin]
-    return all(getattr(fn, _PATCH_MARKER, False) for fn in patched)
+    replacements = _replacements(interpreter)
+    replaced = all(getattr(getattr(owner, attr), _PATCH_MARKER, False) for owner, attr, _, _ in replacements)
+    options = interpreter.interpreter_builder.options
+    return replaced and not (options.sanitize_overflow and not options.debug)
 
 
-def _check_params(current, name: str, where: str) -> None:
+def _check_original(current, name: str, where: str) -> None:
     params = tuple(inspect.signature(current).parameters)
     if params != _EXPECTED_PARAMS[name]:
         raise RuntimeError(
             f"{where} has parameters {params}; the patch was written for {_EXPECTED_PARAMS[name]} (triton 3.6.0): "
             "re-check it against this Triton"
         )
+    if name in _EXPECTED_SOURCE_SHA256:
+        found = hashlib.sha256(textwrap.dedent(inspect.getsource(current)).encode()).hexdigest()
+        if found != _EXPECTED_SOURCE_SHA256[name]:
+            raise RuntimeError(
+                f"{where}'s source has sha256 {found}; the patch re-implements the body with sha256 "
+                f"{_EXPECTED_SOURCE_SHA256[name]} (triton 3.6.0): re-check it against this Triton"
+            )
 
 
 def apply() -> None:
-    """Patch the Triton interpreter's dot and FP32 -> BF16 cast, and list its builtins faster (idempotent; inert
+    """Patch the Triton interpreter's dot and FP32 -> BF16 cast, and the parts of it made faster (idempotent; inert
     for compiled GPU kernels)."""
     interpreter = _interpreter_module()
-    builder = interpreter.InterpreterBuilder
-    for name, factory in _FACTORIES.items():
-        current = getattr(builder, name)
+    for owner, attr, name, factory in _replacements(interpreter):
+        current = getattr(owner, attr)
         if getattr(current, _PATCH_MARKER, False):
             continue
-        _check_params(current, name, f"triton.runtime.interpreter.InterpreterBuilder.{name}")
-        setattr(builder, name, factory(interpreter, current))
-    if not getattr(interpreter._patch_builtin, _PATCH_MARKER, False):
-        _check_params(interpreter._patch_builtin, "_patch_builtin", "triton.runtime.interpreter._patch_builtin")
-        interpreter._patch_builtin = _make_patch_builtin(interpreter, interpreter._patch_builtin)
+        where = f"{owner.__qualname__}.{attr}" if isinstance(owner, type) else attr
+        _check_original(current, name, f"triton.runtime.interpreter.{where}")
+        setattr(owner, attr, factory(interpreter, current))
+    options = interpreter.interpreter_builder.options
+    if options.sanitize_overflow and not options.debug:
+        # The overflow check's only consumer, device_assert, returns at once without debug (see the module docstring).
+        interpreter.interpreter_builder.options = dataclasses.replace(options, sanitize_overflow=False)

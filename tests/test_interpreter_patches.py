@@ -73,10 +73,12 @@ def test_apply_is_idempotent():
     before = [getattr(InterpreterBuilder, name) for name in names]
     from triton.runtime import interpreter
 
-    listing = interpreter._patch_builtin
+    replaced = [getattr(owner, attr) for owner, attr, _, _ in interpreter_patches._replacements(interpreter)]
+    options = interpreter.interpreter_builder.options
     interpreter_patches.apply()
     assert [getattr(InterpreterBuilder, name) for name in names] == before
-    assert interpreter._patch_builtin is listing
+    assert [getattr(owner, attr) for owner, attr, _, _ in interpreter_patches._replacements(interpreter)] == replaced
+    assert interpreter.interpreter_builder.options is options
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -183,3 +185,86 @@ def test_builtins_are_patched_as_the_original_patches_them():
             outer.restore()
         assert swapped[0] == swapped[1] and swapped[0][1] == 0, pkg
         assert len(swapped[0][0]) > 5 and all(tl.core.is_builtin(getattr(pkg, n)) for n, _ in swapped[0][0])
+
+
+# ---- the patches for speed compute what the originals compute -------------------------------------------
+@triton.jit
+def _row_total(x):
+    return tl.sum(x, axis=0)
+
+
+@triton.jit
+def _nested_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    # Two calls of a helper of this module, and the combine functions of tl.sum and tl.max (another module's).
+    x = tl.load(x_ptr + tl.arange(0, BLOCK))
+    tl.store(out_ptr, _row_total(x) + _row_total(x * 2) + tl.max(x, axis=0))
+
+
+def test_a_launch_patches_each_module_of_its_nested_calls_once(monkeypatch):
+    """Triton patches the languages again on every nested call; the patched call does it once per module and
+    launch (the kernel's, then this module's helper and triton.language.standard's combine functions), and
+    again after a launch's end has restored them."""
+    from triton.runtime import interpreter
+
+    patched_for = []
+    original = interpreter._patch_lang
+    monkeypatch.setattr(interpreter, "_patch_lang", lambda fn: patched_for.append(fn.__module__) or original(fn))
+    x = torch.arange(8, dtype=torch.float32)
+    for launch in (1, 2):
+        out = torch.empty(1, dtype=torch.float32)
+        _nested_kernel[(2,)](x, out, BLOCK=8)
+        assert out.item() == 28 + 56 + 7
+        assert sorted(patched_for) == sorted([__name__, __name__, "triton.language.standard"] * launch)
+        assert not interpreter_patches._PATCHED_SINCE_RESTORE._globals  # the launch's end forgot them
+
+
+def test_np_dtype_answers_as_the_original():
+    from triton.runtime import interpreter
+
+    fast = interpreter._get_np_dtype
+    original = fast.__wrapped__
+    scalars = [tl.int1, tl.int8, tl.uint8, tl.int16, tl.uint16, tl.int32, tl.uint32, tl.int64, tl.uint64,
+               tl.float16, tl.bfloat16, tl.float32, tl.float64, tl.float8e5, tl.float8e4nv]  # fmt: skip
+    pointers = [tl.pointer_type(tl.float32), tl.pointer_type(tl.bfloat16)]
+    blocks = [tl.block_type(t, [4, 2]) for t in scalars + pointers]
+    for t in scalars + pointers + blocks + scalars:  # the scalars twice: the second answers are the kept ones
+        assert fast(t) == original(t), t
+    with pytest.raises(KeyError):
+        fast(tl.void)
+
+
+def test_a_reimplemented_body_that_changed_is_refused():
+    def __call__(self, *args, **kwargs):  # the signature of InterpretedFunction.__call__, another body
+        return None
+
+    with pytest.raises(RuntimeError, match="source has sha256 .* re-check it against this Triton"):
+        interpreter_patches._check_original(__call__, "InterpretedFunction.__call__", "InterpretedFunction.__call__")
+
+
+@triton.jit
+def _int32_products_kernel(a_ptr, b_ptr, out_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(a_ptr + offs) * tl.load(b_ptr + offs) + 1)
+
+
+def test_the_overflow_check_is_off_only_where_its_assert_would_not_look(monkeypatch):
+    """With debug off, sanitize_overflow's int64 check goes to a device_assert that returns without looking: a
+    kernel whose int32 products overflow stores the same wrapped values, and raises nothing, with it on and off."""
+    import dataclasses
+
+    from triton.runtime import interpreter
+
+    options = interpreter.interpreter_builder.options
+    assert not options.sanitize_overflow and not options.debug
+    a = torch.tensor([3, 65536, -70000, 2**31 - 1], dtype=torch.int32)
+    b = torch.tensor([5, 65536, 70000, 2], dtype=torch.int32)
+    outs = []
+    for sanitize in (False, True):
+        monkeypatch.setattr(
+            interpreter.interpreter_builder, "options", dataclasses.replace(options, sanitize_overflow=sanitize)
+        )
+        out = torch.empty(4, dtype=torch.int32)
+        _int32_products_kernel[(1,)](a, b, out, BLOCK=4)
+        outs.append(out)
+    wrapped = ((a.long() * b.long() + 1 + 2**31) % 2**32 - 2**31).int()
+    assert torch.equal(outs[0], wrapped) and torch.equal(outs[1], wrapped)
