@@ -302,10 +302,10 @@ def compare_output(
     both = got_finite & want_finite
     ulps = ulp_distance(got, want)
     ulps = torch.where(both, ulps, torch.where(nonfinite_mask, torch.full_like(ulps, 1 << 40), 0))
-    hist = {
-        _bucket_label(lo, hi): int(((ulps >= lo) & (ulps <= (hi if hi is not None else ulps.max()))).sum())
-        for lo, hi in ULP_BUCKETS
-    }
+    # One pass: the bucket of each distance is the number of buckets' lower edges above 0 it reaches.
+    edges = torch.tensor([lo for lo, _ in ULP_BUCKETS[1:]], dtype=ulps.dtype, device=ulps.device)
+    counts = torch.bincount(torch.bucketize(ulps.flatten(), edges, right=True), minlength=len(ULP_BUCKETS)).tolist()
+    hist = {_bucket_label(lo, hi): c for (lo, hi), c in zip(ULP_BUCKETS, counts, strict=True)}
     diff = (got.double() - want.double()).abs().where(both, 0.0)
     max_abs = float(diff.max()) if n else 0.0
     max_rel = float((diff / want.double().abs().clamp_min(torch.finfo(want.dtype).tiny)).max()) if n else 0.0

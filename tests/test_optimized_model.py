@@ -428,7 +428,7 @@ def _mappings() -> list[dict[str, str]]:
 @pytest.mark.slow
 def test_optimized_beam_tiny_matches_the_reference_with_every_candidate(reference_run):
     """Prefill in two chunks and CANDIDATE_STEPS decode steps through the Triton interpreter, one child
-    process per mapping, in parallel (as many mappings as the task with the most candidates has files: ten, about five
+    process per mapping, in parallel (as many mappings as the task with the most candidates has files: ten, about two
     minutes on two cores)."""
     mappings = _mappings()
     assert {t for m in mappings for t in m} >= {"fuse_norm", "output_gate", "moe_experts"}

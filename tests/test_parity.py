@@ -84,6 +84,17 @@ def _flip_near_midpoints(ref: torch.Tensor, exact: torch.Tensor, k: int) -> tupl
     return flipped, idx
 
 
+def test_the_ulp_histogram_puts_each_distance_in_its_bucket():
+    """Distances at both edges of every bucket, and a non-finite value where the reference is finite (counted
+    as more than 256 ulps off)."""
+    want = torch.ones(13, dtype=torch.float32)
+    ulps = torch.tensor([0, 0, 1, 2, 3, 4, 5, 16, 17, 256, 257, 5000], dtype=torch.int32)
+    got = torch.cat([(want[:12].view(torch.int32) + ulps).view(torch.float32), torch.tensor([float("inf")])])
+    result = parity.compare_output(OutputCheck("x", "fp32", rel_tol=1.0), got, want, want.double(), want)
+    assert result.ulp_hist == {"0": 2, "1": 1, "2": 1, "3-4": 2, "5-16": 2, "17-256": 2, ">256": 3}
+    assert result.nonfinite == 1 and result.max_ulp == 5000
+
+
 def test_one_ulp_differences_pass_within_the_budget_and_fail_beyond_it():
     check = OutputCheck("x", "bf16", max_ulp_fraction=0.01)
     ref, exact = _bf16_pair()
