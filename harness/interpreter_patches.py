@@ -187,25 +187,10 @@ def _make_patch_builtin(interpreter, original_patch_builtin):
     return _patch_builtin
 
 
-class _PatchedSinceRestore:
-    """The module globals whose languages a nested `@triton.jit` call has patched since a patch scope last
-    restored anything. Only `_LangPatchScope.restore` (a launch's end) ever puts an original back; until it
-    runs, a module's languages patched once stay patched."""
-
-    def __init__(self) -> None:
-        self._globals: list[dict] = []  # a launch reaches a few modules: a list, compared by identity
-
-    def __contains__(self, fn_globals: dict) -> bool:
-        return any(g is fn_globals for g in self._globals)
-
-    def add(self, fn_globals: dict) -> None:
-        self._globals.append(fn_globals)
-
-    def clear(self) -> None:
-        self._globals.clear()
-
-
-_PATCHED_SINCE_RESTORE = _PatchedSinceRestore()
+# ids of the module globals whose languages a nested `@triton.jit` call has patched since a patch scope last restored
+# anything. Only `_LangPatchScope.restore` (a launch's end) ever puts an original back; until it runs, a module's
+# languages patched once stay patched (and its globals, which the launch's kernels use, stay alive).
+_PATCHED_SINCE_RESTORE: set[int] = set()
 
 
 def _make_nested_call(interpreter, original_call):
@@ -213,10 +198,9 @@ def _make_nested_call(interpreter, original_call):
     module only where nothing has restored them since it last did (see the module docstring)."""
 
     def __call__(self, *args, **kwargs):
-        fn_globals = self.fn.__globals__
-        if fn_globals not in _PATCHED_SINCE_RESTORE:
+        if id(self.fn.__globals__) not in _PATCHED_SINCE_RESTORE:
             interpreter._patch_lang(self.fn)
-            _PATCHED_SINCE_RESTORE.add(fn_globals)
+            _PATCHED_SINCE_RESTORE.add(id(self.fn.__globals__))
         fn = self.rewrite()
         try:
             return fn(*args, **kwargs)
