@@ -5,6 +5,8 @@ the request, the child's report and log, and a copy of the candidate file (the c
 exactly the bytes that were hashed); inside it a scratch directory, the only place the child may
 write. The child gets a minimal environment (no API keys or tokens of the parent: an allowlist,
 never a blocklist), runs in its own session, and is killed with its process group at the deadline.
+A CPU child is forked by the fork server (harness/forkserver.py), whose own environment is that
+allowlist too; any other child is exec'd.
 
 Child side (`enter`, `Monitor`), before the candidate is imported:
   network_namespace  unshare(CLONE_NEWNET): no interface but a downed loopback (root only)
@@ -41,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness import forkserver
 from harness.environment import REPO_ROOT
 
 CLONE_NEWNET = 0x40000000
@@ -238,27 +241,36 @@ def cuda_devices_problem(value: str) -> str | None:
     return None
 
 
-def child_env(job: Job, device: str, threads: int, cuda_devices: str | None = None,
-              interpret: bool | None = None) -> dict[str, str]:  # fmt: skip
-    """The child's whole environment. `cuda_devices`: its CUDA_VISIBLE_DEVICES (None: the parent's);
-    `interpret`: Triton's interpreter (None: on the CPU)."""
+def server_env() -> dict[str, str]:
+    """What every child's environment starts from, and the fork server's whole environment: the allowlisted
+    variables the parent has, and Python's own (harness/forkserver.py)."""
     env = {k: os.environ[k] for k in PASSTHROUGH_ENV if k in os.environ}
-    if cuda_devices is not None:
-        problem = cuda_devices_problem(cuda_devices)
-        if problem:
-            raise ValueError(f"cuda_devices: {problem}")
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(t.strip() for t in cuda_devices.split(","))
     env.setdefault("PATH", "/usr/local/bin:/usr/bin:/bin")
     env.setdefault("LANG", "C.UTF-8")
     env.update(
-        HOME=str(job.scratch),
-        TMPDIR=str(job.scratch / "tmp"),
-        XDG_CACHE_HOME=str(job.scratch / ".cache"),
         # The repo first, then the parent's own extra import paths (where wheels were unpacked on
         # an offline GPU machine, say): paths are not credentials.
         PYTHONPATH=os.pathsep.join(dict.fromkeys([str(REPO_ROOT), *_parent_pythonpath()])),
         PYTHONDONTWRITEBYTECODE="1",
         PYTHONNOUSERSITE="1",
+    )
+    return env
+
+
+def child_env(job: Job, device: str, threads: int, cuda_devices: str | None = None,
+              interpret: bool | None = None) -> dict[str, str]:  # fmt: skip
+    """The child's whole environment. `cuda_devices`: its CUDA_VISIBLE_DEVICES (None: the parent's);
+    `interpret`: Triton's interpreter (None: on the CPU)."""
+    env = server_env()
+    if cuda_devices is not None:
+        problem = cuda_devices_problem(cuda_devices)
+        if problem:
+            raise ValueError(f"cuda_devices: {problem}")
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(t.strip() for t in cuda_devices.split(","))
+    env.update(
+        HOME=str(job.scratch),
+        TMPDIR=str(job.scratch / "tmp"),
+        XDG_CACHE_HOME=str(job.scratch / ".cache"),
         TRITON_CACHE_DIR=str(job.triton_cache),
         OMP_NUM_THREADS=str(threads),
         MKL_NUM_THREADS=str(threads),
@@ -300,7 +312,8 @@ LOG_TAIL_CHARS = 4000
 def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, threads: int,
               cuda_devices: str | None = None, module: str = "harness.child",
               interpret: bool | None = None) -> ChildRun:  # fmt: skip
-    """Start `python -m <module>` (harness.child) on `request`; wait at most `timeout_s`; collect its report."""
+    """Start `python -m <module>` (harness.child) on `request`; wait at most `timeout_s`; collect its report.
+    A CPU child is forked by the fork server, with torch imported already (harness/forkserver.py)."""
     job.request_path.write_text(json.dumps(request, indent=1))
     os.chmod(job.request_path, 0o644)
     job.report_path.touch(mode=0o644)
@@ -310,10 +323,19 @@ def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, 
         for p in [job.scratch, *job.scratch.rglob("*")]:
             os.lchown(p, uid, gid)
     cmd = [sys.executable, "-P", "-s", "-B", "-m", module, str(job.request_path)]
+    env = child_env(job, device, threads, cuda_devices, interpret)
     start = time.monotonic()
     with open(job.log_path, "wb") as log:
-        proc = start_session(cmd, cwd=job.scratch, env=child_env(job, device, threads, cuda_devices, interpret),
-                             stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = None
+        if device == "cpu" and forkserver.enabled():
+            try:
+                proc = start_forked_session(module, [str(job.request_path)], job.scratch, env, job.log_path, threads)
+            except forkserver.ServerLost as e:
+                log.write(f"harness: {e}: this child was started by exec\n".encode())
+                log.flush()
+        if proc is None:
+            proc = start_session(cmd, cwd=job.scratch, env=env, stdin=subprocess.DEVNULL, stdout=log,
+                                 stderr=subprocess.STDOUT)  # fmt: skip
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -342,7 +364,8 @@ class Stopping(BaseException):
     SystemExit: no `except Exception` that records a candidate's failure takes it for one)."""
 
 
-_live_sessions: set[subprocess.Popen] = set()  # started by start_session, not yet ended
+Session = subprocess.Popen | forkserver.ForkedChild
+_live_sessions: set[Session] = set()  # started by start_session or start_forked_session, not yet ended
 _stopping = threading.Event()
 
 
@@ -351,22 +374,39 @@ def start_session(cmd: list[str], **popen_kwargs: Any) -> subprocess.Popen:
     `end_session`. Refused once the harness is stopping."""
     if _stopping.is_set():
         raise Stopping(f"the harness is stopping: {cmd[0]} was not started")
-    proc = subprocess.Popen(cmd, start_new_session=True, **popen_kwargs)
+    return _live(subprocess.Popen(cmd, start_new_session=True, **popen_kwargs))
+
+
+def start_forked_session(module: str, args: list[str], cwd: Path, env: dict[str, str], log: Path,
+                         threads: int) -> forkserver.ForkedChild:  # fmt: skip
+    """`python -m module *args` forked by the fork server (a session of its own too), as start_session."""
+    if _stopping.is_set():
+        raise Stopping(f"the harness is stopping: {module} was not started")
+    server = forkserver.server_for(server_env(), Path("/"))
+    return _live(server.start(module, args, cwd, env, log, threads))
+
+
+def _live(proc: Session) -> Session:
     _live_sessions.add(proc)
     if _stopping.is_set():  # the signal came while it started
         signal_session(proc, signal.SIGKILL)
     return proc
 
 
-def signal_session(proc: subprocess.Popen, sig: int) -> None:
-    """`sig` to every process of `proc`'s session (gone already, or no longer ours: nothing to do)."""
+def signal_session(proc: Session, sig: int) -> None:
+    """`sig` to every process of `proc`'s session (gone already, or no longer ours: nothing to do). A
+    forked child that has not yet made its session (the instant after the fork) gets it alone."""
     try:
         os.killpg(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
-        pass
+        if isinstance(proc, forkserver.ForkedChild) and proc.returncode is None:
+            try:
+                os.kill(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
 
 
-def end_session(proc: subprocess.Popen) -> None:
+def end_session(proc: Session) -> None:
     """Kill whatever is left of `proc`'s session, reap `proc`, forget it."""
     signal_session(proc, signal.SIGKILL)
     proc.wait()

@@ -222,21 +222,30 @@ def _running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
-def test_a_stopped_run_takes_its_children_with_it(tmp_path, sig):
+@pytest.mark.parametrize(("sig", "fork_server"), [(signal.SIGTERM, "1"), (signal.SIGINT, "1"), (signal.SIGTERM, "0")])
+def test_a_stopped_run_takes_its_children_with_it(tmp_path, sig, fork_server):
     """A CI runner's time limit (SIGTERM) or a Ctrl-C (SIGINT) while a candidate hangs in its parity child:
     the command exits 128 + the signal at once, and no child is left running. Children run in sessions of
-    their own, out of reach of a signal to the command's group: before, this one ran on to its 600 s limit."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    their own, out of reach of a signal to the command's group: before, this one ran on to its 600 s limit.
+    The parity child is forked by the fork server (a child of the command), or exec'd by the command."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "BEAM_HARNESS_FORK_SERVER": fork_server}
     cmd = [sys.executable, "-m", "harness", "run", "task=fuse_norm", f"candidates=[{FIXTURES / 'fuse_norm/hangs.py'}]",
            "shapes=['tiny T=1']", "seeds=[1]", f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}",
            "progress=false"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def parity_children() -> tuple[list[int], list[int]]:
+        if fork_server == "0":
+            return [], _children(proc.pid, "harness.child")
+        servers = _children(proc.pid, "harness.forkserver")
+        return servers, [c for s in servers for c in _children(s, "harness.forkserver")]
+
     try:
         deadline = time.monotonic() + 180
-        while not (children := _children(proc.pid, "harness.child")) and time.monotonic() < deadline:
+        while not (found := parity_children())[1] and time.monotonic() < deadline:
             assert proc.poll() is None, proc.communicate()[0]
             time.sleep(0.2)
+        servers, children = found
         assert children, "no parity child started"
         time.sleep(1.0)  # the child is into the candidate's endless call
         proc.send_signal(sig)
@@ -246,9 +255,9 @@ def test_a_stopped_run_takes_its_children_with_it(tmp_path, sig):
             proc.kill()
     assert proc.returncode == 128 + sig, out
     deadline = time.monotonic() + 10
-    while any(map(_running, children)) and time.monotonic() < deadline:
+    while any(map(_running, servers + children)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert not any(map(_running, children)), f"children left running: {children}"
+    assert not any(map(_running, servers + children)), f"children left running: {servers + children}"
     assert not (tmp_path / "results" / "fuse_norm" / "records.jsonl").exists()  # a stopped run records nothing
 
 
