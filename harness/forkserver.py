@@ -79,10 +79,14 @@ class ForkServer:
 
     def __init__(self, env: dict[str, str], cwd: Path):
         self.env = env
-        self.proc = subprocess.Popen(
-            [sys.executable, "-P", "-s", "-B", "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            env=env, cwd=cwd, start_new_session=True,
-        )  # fmt: skip
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-P", "-s", "-B", "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                env=env, cwd=cwd, start_new_session=True,
+            )  # fmt: skip
+        except OSError as e:
+            raise ServerLost(f"the fork server could not start: {e}") from e
+        self.forked = 0  # children started: a server that ends before its first never worked here
         self._lock = threading.Lock()  # the state below
         self._write_lock = threading.Lock()  # the server's stdin
         self._ids = itertools.count()
@@ -144,6 +148,7 @@ class ForkServer:
                 if "id" in message:
                     answered, answer = self._asked.pop(message["id"])
                     if "pid" in message:
+                        self.forked += 1
                         child = self._running[message["pid"]] = ForkedChild(message["pid"])
                         answer.append(child)
                     else:
@@ -173,10 +178,14 @@ _servers_lock = threading.Lock()
 
 
 def server_for(env: dict[str, str], cwd: Path) -> ForkServer:
-    """The running server started with `env`, or a new one (a server that ended is replaced)."""
+    """The running server started with `env`, or a new one where one ended after forking children (killed,
+    say). One that ended before it forked any (it cannot import torch or the harness, say) is not started
+    again in this process: ServerLost, every time, and the children are exec'd."""
     key = json.dumps(env, sort_keys=True)
     with _servers_lock:
         server = _servers.get(key)
+        if server is not None and server.ended and not server.forked:
+            raise ServerLost(f"the fork server ended before its first child (exit status {server.proc.returncode})")
         if server is None or server.ended:
             server = _servers[key] = ForkServer(env, cwd)
         return server

@@ -171,3 +171,24 @@ def test_a_fork_of_the_harness_does_not_share_its_servers(monkeypatch):
         os._exit(0 if forkserver._servers == {} else 1)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
     assert forkserver._servers == {"env": "a server of the parent's"}
+
+
+def test_a_server_that_cannot_start_children_is_not_tried_again_and_they_are_execd(tmp_path, monkeypatch):
+    (tmp_path / "harness").mkdir()  # a harness that cannot be imported, first on the server's path
+    (tmp_path / "harness" / "__init__.py").write_text("raise ImportError('planted')\n")
+    broken = {**sandbox.server_env(), "PYTHONPATH": str(tmp_path)}
+    monkeypatch.setattr(forkserver, "_servers", {})
+    server = forkserver.server_for(broken, Path("/"))
+    with pytest.raises(forkserver.ServerLost, match="ended .exit status 1. before it answered"):
+        server.start("harness.child", [], tmp_path, {}, tmp_path / "x.log", 1)
+    for _ in range(2):
+        with pytest.raises(forkserver.ServerLost, match="ended before its first child"):
+            forkserver.server_for(broken, Path("/"))
+    # run_child: the child is exec'd, and its log says why
+    (tmp_path / "fs_hello.py").write_text("import sys\nprint('hello from an exec', sys.orig_argv[1:4])\n")
+    monkeypatch.setattr(sandbox, "server_env", lambda: dict(broken))
+    job = sandbox.prepare_job(tmp_path / "root", "hello", False, None, tmp_path / "triton", {})
+    run = sandbox.run_child(job, {}, 120, "cpu", 1, module="fs_hello")
+    assert run.returncode == 0, run.log_tail
+    assert run.log_tail.startswith("harness: the fork server ended before its first child (exit status 1): this child")
+    assert "hello from an exec ['-P', '-s', '-B']" in run.log_tail
