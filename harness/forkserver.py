@@ -16,13 +16,18 @@ What an exec'd child would see differently:
 - /proc/self/environ is the server's environment; os.environ (and what a child's subprocesses get) is
   the request's, exactly.
 - libgomp read OMP_NUM_THREADS when torch loaded in the server: the child sets torch's threads itself.
+- numpy's BLAS runs on one thread (SERVER_ONLY_ENV): a server must be one thread when it forks, and
+  refuses to serve otherwise.
 - tempfile forgets the server's temporary directory; Python reseeds `random` at fork.
-BEAM_HARNESS_FORK_SERVER=0 in the harness's environment starts every child by exec instead.
+A server that cannot start, refuses, or ends before its first child is not started again in the process:
+every child is exec'd, and its log's first line says why. BEAM_HARNESS_FORK_SERVER=0 in the harness's
+environment execs every child from the start.
 
 Protocol: JSON lines. The harness writes {"id", "module", "args", "cwd", "env", "log", "threads"} to
 the server's stdin; the server answers {"id", "pid"} (or {"id", "error"}) on its stdout, and
-{"pid", "status"} (a wait status) when that child has exited. At end of input (the harness exited,
-however it died) the server kills the sessions of its children still running, and exits.
+{"pid", "status"} (a wait status) when that child has exited; {"refused"} if it will not fork at all.
+At end of input (the harness exited, however it died) the server kills the sessions of its children
+still running, and exits.
 """
 
 from __future__ import annotations
@@ -42,6 +47,9 @@ from typing import Any
 
 ENABLE_ENV = "BEAM_HARNESS_FORK_SERVER"  # "0": no fork server, every child exec'd
 MODULE = "harness.forkserver"
+# numpy's OpenBLAS starts its worker threads when it loads; the server must stay one thread to fork safely
+# (it refuses otherwise). Its children's numpy BLAS runs on one thread then: the interpreter's small blocks.
+SERVER_ONLY_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 ANSWER_TIMEOUT_S = 300.0  # for a fork: the first one waits for the server's imports (2-3 s on a 2-core machine)
 
 
@@ -82,11 +90,12 @@ class ForkServer:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-P", "-s", "-B", "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                env=env, cwd=cwd, start_new_session=True,
+                env={**env, **SERVER_ONLY_ENV}, cwd=cwd, start_new_session=True,
             )  # fmt: skip
         except OSError as e:
             raise ServerLost(f"the fork server could not start: {e}") from e
         self.forked = 0  # children started: a server that ends before its first never worked here
+        self.why_ended = ""
         self._lock = threading.Lock()  # the state below
         self._write_lock = threading.Lock()  # the server's stdin
         self._ids = itertools.count()
@@ -120,6 +129,9 @@ class ForkServer:
             return answer[0]
         raise ServerLost(answer[0])
 
+    def _ending(self) -> str:
+        return self.why_ended or f"exit status {self.proc.returncode}"
+
     def kill(self) -> None:
         """The server is broken: kill it; its reader sees the end and kills the children it had started."""
         try:
@@ -145,7 +157,9 @@ class ForkServer:
         for line in self.proc.stdout:
             message = json.loads(line)
             with self._lock:
-                if "id" in message:
+                if "refused" in message:
+                    self.why_ended = f"it refused to fork: {message['refused']}"
+                elif "id" in message:
                     answered, answer = self._asked.pop(message["id"])
                     if "pid" in message:
                         self.forked += 1
@@ -160,7 +174,7 @@ class ForkServer:
         with self._lock:
             self.ended = True
             for answered, answer in self._asked.values():
-                answer.append(f"the fork server ended (exit status {self.proc.returncode}) before it answered")
+                answer.append(f"the fork server ended before it answered ({self._ending()})")
                 answered.set()
             self._asked.clear()
             for pid, child in self._running.items():  # orphans now: nobody would ever reap or report them
@@ -185,7 +199,7 @@ def server_for(env: dict[str, str], cwd: Path) -> ForkServer:
     with _servers_lock:
         server = _servers.get(key)
         if server is not None and server.ended and not server.forked:
-            raise ServerLost(f"the fork server ended before its first child (exit status {server.proc.returncode})")
+            raise ServerLost(f"the fork server ended before its first child ({server._ending()})")
         if server is None or server.ended:
             server = _servers[key] = ForkServer(env, cwd)
         return server
@@ -220,6 +234,10 @@ def _serve() -> None:
     os.dup2(2, 1)
     import harness.child  # noqa: F401  (what every child imports first: torch, the sandbox)
 
+    threads = len(os.listdir("/proc/self/task"))
+    if threads > 1:  # a fork copies only the forking thread: a lock another thread held stays held
+        os.write(answers, json.dumps({"refused": f"{threads} threads after its imports"}).encode() + b"\n")
+        os._exit(3)
     wake_r, wake_w = os.pipe()
     for fd in (wake_r, wake_w):
         os.set_blocking(fd, False)

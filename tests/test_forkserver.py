@@ -148,7 +148,8 @@ def test_a_harness_that_exits_leaves_no_forked_child_running(server, tmp_path):
 def test_forked_and_execd_parity_children_give_the_same_records(tmp_path, monkeypatch):
     task = TASKS["output_gate"]
     found = [c for c in candidates.discover(task.name, task.op_name) if c.name == "flat"]
-    results = {}
+    results, forked_by_servers = {}, {}
+    monkeypatch.setattr(forkserver, "_servers", {})
     for fork in ("1", "0"):
         monkeypatch.setenv(forkserver.ENABLE_ENV, fork)
         settings = runner.EvaluationSettings(device="cpu", seeds=(1,), shapes=("tiny T=5",), configs="chosen",
@@ -156,6 +157,8 @@ def test_forked_and_execd_parity_children_give_the_same_records(tmp_path, monkey
                                              progress=False)  # fmt: skip
         (record,) = runner.evaluate(task, found, settings, echo=lambda _: None).records
         results[fork] = record
+        forked_by_servers[fork] = sum(server.forked for server in forkserver._servers.values())
+    assert forked_by_servers == {"1": 1, "0": 1}  # the parity child was forked, then exec'd
     forked, execd = results["1"], results["0"]
     assert forked.status.value == execd.status.value == "passed"
     assert forked.isolation == execd.isolation and forked.isolation["network_namespace"] == "active" or os.geteuid()
@@ -179,7 +182,7 @@ def test_a_server_that_cannot_start_children_is_not_tried_again_and_they_are_exe
     broken = {**sandbox.server_env(), "PYTHONPATH": str(tmp_path)}
     monkeypatch.setattr(forkserver, "_servers", {})
     server = forkserver.server_for(broken, Path("/"))
-    with pytest.raises(forkserver.ServerLost, match="ended .exit status 1. before it answered"):
+    with pytest.raises(forkserver.ServerLost, match=r"ended before it answered \(exit status 1\)"):
         server.start("harness.child", [], tmp_path, {}, tmp_path / "x.log", 1)
     for _ in range(2):
         with pytest.raises(forkserver.ServerLost, match="ended before its first child"):
@@ -192,3 +195,14 @@ def test_a_server_that_cannot_start_children_is_not_tried_again_and_they_are_exe
     assert run.returncode == 0, run.log_tail
     assert run.log_tail.startswith("harness: the fork server ended before its first child (exit status 1): this child")
     assert "hello from an exec ['-P', '-s', '-B']" in run.log_tail
+
+
+def test_a_server_with_a_second_thread_refuses_to_fork_and_says_why(tmp_path, monkeypatch):
+    """numpy's BLAS threads would be one (SERVER_ONLY_ENV takes them away): a fork copies only the forking thread."""
+    monkeypatch.setattr(forkserver, "SERVER_ONLY_ENV", {"OPENBLAS_NUM_THREADS": "2"})
+    monkeypatch.setattr(forkserver, "_servers", {})
+    server = forkserver.server_for(sandbox.server_env(), Path("/"))
+    with pytest.raises(forkserver.ServerLost, match=r"before it answered \(it refused to fork: 2 threads after its"):
+        server.start("harness.child", [], tmp_path, {}, tmp_path / "x.log", 1)
+    with pytest.raises(forkserver.ServerLost, match=r"before its first child \(it refused to fork: 2 threads"):
+        forkserver.server_for(sandbox.server_env(), Path("/"))
