@@ -26,11 +26,12 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from harness.environment import REPO_ROOT
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 DEFAULT_RESULTS_DIR = REPO_ROOT / "results"
 RECORDS_FILE, RUNS_FILE, PROMOTIONS_FILE = "records.jsonl", "runs.jsonl", "promotions.jsonl"
@@ -424,7 +425,11 @@ def read(path: Path, cls: type[R]) -> tuple[list[R], list[str]]:
 
 def load_frame(results_dir: Path, task: str, file: str = RECORDS_FILE) -> tuple[pd.DataFrame, list[str]]:
     """A task's records as a flat DataFrame (nested dicts become dotted columns: `timing.p50_us`,
-    `parity.x_TD.max_ulp`), plus the skipped-line reports."""
+    `parity.x_TD.max_ulp`), plus the skipped-line reports. pandas is imported here, not with the module:
+    every child imports this module, and pandas brings pyarrow, whose jemalloc starts a thread (the fork
+    server forks only while it is one thread: harness/forkserver.py)."""
+    import pandas as pd
+
     result = read_lines(task_results_dir(results_dir, task) / file)
     if not result.rows:
         return pd.DataFrame(), result.skipped

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -169,7 +170,9 @@ def test_forked_and_execd_parity_children_give_the_same_records(tmp_path, monkey
 def test_a_fork_of_the_harness_does_not_share_its_servers(monkeypatch):
     """The servers answer the process that started them (its reader threads): a fork of it starts its own."""
     monkeypatch.setattr(forkserver, "_servers", {"env": "a server of the parent's"})
-    pid = os.fork()
+    with warnings.catch_warnings():  # Python 3.12 warns of a fork beside threads (pytest's): this one runs nothing
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
     if pid == 0:
         os._exit(0 if forkserver._servers == {} else 1)
     assert os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) == 0
