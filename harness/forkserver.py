@@ -155,7 +155,11 @@ class ForkServer:
 
     def _read_answers(self) -> None:
         for line in self.proc.stdout:
-            message = json.loads(line)
+            try:
+                message = json.loads(line)
+            except ValueError:  # a torn answer: the server is broken, whatever it does next
+                self.kill()
+                break
             with self._lock:
                 if "refused" in message:
                     self.why_ended = f"it refused to fork: {message['refused']}"

@@ -209,3 +209,13 @@ def test_a_server_with_a_second_thread_refuses_to_fork_and_says_why(tmp_path, mo
         server.start("harness.child", [], tmp_path, {}, tmp_path / "x.log", 1)
     with pytest.raises(forkserver.ServerLost, match=r"before its first child \(it refused to fork: 2 threads"):
         forkserver.server_for(sandbox.server_env(), Path("/"))
+
+
+def test_a_torn_answer_ends_the_server_and_its_request(tmp_path, monkeypatch):
+    torn = 'import sys, time\nsys.stdin.readline()\nprint(\'{"id": 0, "pi\', flush=True)\ntime.sleep(600)\n'
+    (tmp_path / "fs_torn.py").write_text(torn)
+    monkeypatch.setattr(forkserver, "MODULE", "fs_torn")
+    server = forkserver.ForkServer({**sandbox.server_env(), "PYTHONPATH": str(tmp_path)}, Path("/"))
+    with pytest.raises(forkserver.ServerLost, match=r"ended before it answered \(exit status -9\)"):
+        server.start("harness.child", [], tmp_path, {}, tmp_path / "x.log", 1)
+    assert server.ended and server.proc.returncode == -signal.SIGKILL
