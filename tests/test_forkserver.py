@@ -193,6 +193,7 @@ def test_a_server_that_cannot_start_children_is_not_tried_again_and_they_are_exe
     # run_child: the child is exec'd, and its log says why
     (tmp_path / "fs_hello.py").write_text("import sys\nprint('hello from an exec', sys.orig_argv[1:4])\n")
     monkeypatch.setattr(sandbox, "server_env", lambda: dict(broken))
+    monkeypatch.setenv(forkserver.ENABLE_ENV, "1")  # also where the suite runs with every child exec'd
     job = sandbox.prepare_job(tmp_path / "root", "hello", False, None, tmp_path / "triton", {})
     run = sandbox.run_child(job, {}, 120, "cpu", 1, module="fs_hello")
     assert run.returncode == 0, run.log_tail
