@@ -85,12 +85,12 @@ class ForkedChild:
 class ForkServer:
     """The harness's side of one server process (started on the first request, by `server_for`)."""
 
-    def __init__(self, env: dict[str, str], cwd: Path):
+    def __init__(self, env: dict[str, str]):
         self.env = env
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-P", "-s", "-B", "-m", MODULE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                env={**env, **SERVER_ONLY_ENV}, cwd=cwd, start_new_session=True,
+                env={**env, **SERVER_ONLY_ENV}, cwd="/", start_new_session=True,
             )  # fmt: skip
         except OSError as e:
             raise ServerLost(f"the fork server could not start: {e}") from e
@@ -182,20 +182,25 @@ class ForkServer:
                 answered.set()
             self._asked.clear()
             for pid, child in self._running.items():  # orphans now: nobody would ever reap or report them
-                for kill in (os.killpg, os.kill):
-                    try:
-                        kill(pid, signal.SIGKILL)
-                    except (ProcessLookupError, PermissionError):
-                        pass
+                kill_session(pid)
                 child._exited(-signal.SIGKILL, lost=True)
             self._running.clear()
+
+
+def kill_session(pid: int) -> None:
+    """SIGKILL to a forked child's session, and to the child itself where it has not made its session yet."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 _servers: dict[str, ForkServer] = {}  # by their environment: one per distinct minimal environment
 _servers_lock = threading.Lock()
 
 
-def server_for(env: dict[str, str], cwd: Path) -> ForkServer:
+def server_for(env: dict[str, str]) -> ForkServer:
     """The running server started with `env`, or a new one where one ended after forking children (killed,
     say). One that ended before it forked any (it cannot import torch or the harness, say) is not started
     again in this process: ServerLost, every time, and the children are exec'd."""
@@ -205,7 +210,7 @@ def server_for(env: dict[str, str], cwd: Path) -> ForkServer:
         if server is not None and server.ended and not server.forked:
             raise ServerLost(f"the fork server ended before its first child ({server._ending()})")
         if server is None or server.ended:
-            server = _servers[key] = ForkServer(env, cwd)
+            server = _servers[key] = ForkServer(env)
         return server
 
 
@@ -294,11 +299,7 @@ def _serve() -> None:
             children.add(pid)
             answer({"id": request["id"], "pid": pid})
     for pid in children:
-        for kill in (os.killpg, os.kill):
-            try:
-                kill(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+        kill_session(pid)
     os._exit(0)
 
 

@@ -343,6 +343,9 @@ def run_child(job: Job, request: dict[str, Any], timeout_s: float, device: str, 
             timed_out = True
         finally:
             end_session(proc)
+    if isinstance(proc, forkserver.ForkedChild) and proc.lost:
+        with open(job.log_path, "ab") as log:  # after the child's own lines (the handle above is at its start)
+            log.write(b"harness: the fork server ended while this child ran; the harness killed the child\n")
     wall = time.monotonic() - start
     events, malformed = [], 0
     for line in job.report_path.read_text(errors="replace").splitlines():
@@ -382,7 +385,7 @@ def start_forked_session(module: str, args: list[str], cwd: Path, env: dict[str,
     """`python -m module *args` forked by the fork server (a session of its own too), as start_session."""
     if _stopping.is_set():
         raise Stopping(f"the harness is stopping: {module} was not started")
-    server = forkserver.server_for(server_env(), Path("/"))
+    server = forkserver.server_for(server_env())
     return _live(server.start(module, args, cwd, env, log, threads))
 
 
