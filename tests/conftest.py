@@ -11,6 +11,16 @@ if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+def working_tree_env(**extra: str) -> dict[str, str]:
+    """This process's environment for a `python -m harness` subprocess run from the working tree, as the GPU
+    machine runs it: the repository first on PYTHONPATH, then whatever PYTHONPATH already held (the GPU
+    machine's packages are installed into a folder named there, not into a venv)."""
+    from harness.environment import REPO_ROOT
+
+    path = os.pathsep.join(p for p in (str(REPO_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

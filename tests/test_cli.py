@@ -18,13 +18,14 @@ from harness import cli
 from harness.bench import BenchSettings
 from harness.environment import REPO_ROOT
 from harness.run_cmd import RunSettings
+from tests.conftest import working_tree_env
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 
 
 def harness(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python -m harness ...` as the GPU machine runs it: from the working tree, PYTHONPATH set."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = working_tree_env()
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, env=env,
                           cwd=REPO_ROOT, timeout=timeout)  # fmt: skip
 
@@ -228,7 +229,7 @@ def test_a_stopped_run_takes_its_children_with_it(tmp_path, sig, fork_server):
     the command exits 128 + the signal at once, and no child is left running. Children run in sessions of
     their own, out of reach of a signal to the command's group: before, this one ran on to its 600 s limit.
     The parity child is forked by the fork server (a child of the command), or exec'd by the command."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "BEAM_HARNESS_FORK_SERVER": fork_server}
+    env = working_tree_env(BEAM_HARNESS_FORK_SERVER=fork_server)
     cmd = [sys.executable, "-m", "harness", "run", "task=fuse_norm", f"candidates=[{FIXTURES / 'fuse_norm/hangs.py'}]",
            "shapes=['tiny T=1']", "seeds=[1]", f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}",
            "progress=false"]  # fmt: skip

@@ -23,6 +23,7 @@ from harness.nightly_checks import TaskEvidence, assess
 from harness.records import EvaluationRecord, PromotionRecord, RunRecord, Status, Timing
 from harness.regression import Thresholds, compare_same_run, compare_to_history
 from harness.report_nightly import nightly_html, nightly_markdown
+from tests.conftest import working_tree_env
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "fuse_norm"
 GPU = "NVIDIA H200"
@@ -269,7 +270,7 @@ def two_task_tree(tmp_path: Path, sleep_s: float) -> None:
 
 def start(tmp_path: Path, temp: Path | None = None) -> subprocess.Popen:
     """A nightly process on the two-task tree; `temp` its TMPDIR (the evaluation's scratch root goes there)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **({"TMPDIR": str(temp)} if temp else {})}
+    env = working_tree_env(**({"TMPDIR": str(temp)} if temp else {}))
     args = [sys.executable, "-m", "harness", "nightly", "tasks=[fuse_norm,output_gate]", "device=cpu",
             "shapes=['tiny T=1']", "seeds=[1]", "progress=false", "run=night", f"results_dir={tmp_path / 'results'}",
             f"candidates_dir={tmp_path / 'candidates'}"]  # fmt: skip

@@ -17,6 +17,7 @@ from harness.environment import REPO_ROOT
 from harness.records import EvaluationRecord, PromotionRecord, Status, Timing
 from harness.report import Change, Review, TaskReview, review_html, review_markdown
 from tasks import get_task
+from tests.conftest import working_tree_env
 
 EXPECTED = Path(__file__).parent / "expected" / "review_fuse_norm.md"
 FIXTURES = REPO_ROOT / "tests" / "fixtures" / "fuse_norm"
@@ -364,7 +365,7 @@ def repo(tmp_path):
 
 
 def test_review_of_a_revision_range_fails_the_gate_on_the_broken_candidate(repo, tmp_path):
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = working_tree_env()
     out = tmp_path / "out"
     result = subprocess.run(
         [sys.executable, "-m", "harness", "review", "base=main", "head=HEAD", f"repo_dir={repo}", "device=cpu",

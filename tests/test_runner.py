@@ -30,7 +30,7 @@ from harness.records import (
     launches_text,
     read,
 )
-from tests.conftest import PLANTED_SECRET_ENV, PLANTED_SECRET_FILE
+from tests.conftest import PLANTED_SECRET_ENV, PLANTED_SECRET_FILE, working_tree_env
 
 
 # ---- the sandbox, on planted candidates ------------------------------------------------------------
@@ -1501,7 +1501,7 @@ def test_benchmark_children_load_the_peers_the_baselines_child_compiled(tmp_path
     artifacts = tmp_path / "peers.bin"
 
     def run(mode: str, cache: str) -> dict:
-        env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / cache), "PYTHONPATH": str(REPO_ROOT)}
+        env = working_tree_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / cache))
         done = subprocess.run([sys.executable, "-c", PEER_SCRIPT, mode, str(artifacts)], env=env,
                               capture_output=True, text=True, timeout=300)  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
