@@ -171,8 +171,9 @@ def test_a_multirun_sweep_runs_every_job_and_fails_if_one_fails(capsys, tmp_path
 
 def test_run_end_to_end_with_a_real_triton_candidate(tmp_path):
     results, cache = tmp_path / "results", tmp_path / "cache"
-    run = harness("run", "task=fuse_norm", "candidates=[row_per_program]", "shapes=['tiny T=1','tiny T=5']",
-                  "seeds=[1,2]", f"results_dir={results}", f"cache_dir={cache}", "progress=false")  # fmt: skip
+    run = harness("run", "task=fuse_norm", "candidates=[row_per_program]", "device=cpu",
+                  "shapes=['tiny T=1','tiny T=5']", "seeds=[1,2]", f"results_dir={results}", f"cache_dir={cache}",
+                  "progress=false")  # fmt: skip
     assert run.returncode == 0, run.stderr
     out = run.stdout
     assert "== fuse_norm | tiny T=1 | cpu, interpreter policy, seeds [1, 2] ==" in out
@@ -231,8 +232,8 @@ def test_a_stopped_run_takes_its_children_with_it(tmp_path, sig, fork_server):
     The parity child is forked by the fork server (a child of the command), or exec'd by the command."""
     env = working_tree_env(BEAM_HARNESS_FORK_SERVER=fork_server)
     cmd = [sys.executable, "-m", "harness", "run", "task=fuse_norm", f"candidates=[{FIXTURES / 'fuse_norm/hangs.py'}]",
-           "shapes=['tiny T=1']", "seeds=[1]", f"results_dir={tmp_path / 'results'}", f"cache_dir={tmp_path / 'cache'}",
-           "progress=false"]  # fmt: skip
+           "shapes=['tiny T=1']", "device=cpu", "seeds=[1]", f"results_dir={tmp_path / 'results'}",
+           f"cache_dir={tmp_path / 'cache'}", "progress=false"]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def parity_children() -> tuple[list[int], list[int]]:
