@@ -281,21 +281,9 @@ def _sorted_by_ids(x: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
     return x.gather(-1, ids.argsort(dim=-1))
 
 
-def compare_output(
-    check: OutputCheck,
-    got: Any,
-    want: torch.Tensor,
-    exact: torch.Tensor,
-    nearest: torch.Tensor,
-) -> OutputParity:
-    """One output against its admissible reference `want`, the FP64 value `exact` and the reference
-    as written `nearest` (the same tensor as `want` on the GPU)."""
-    problem = _structure_problem(check, got, want)
-    if problem is not None:
-        return OutputParity(check.name, False, problem)
+def _elementwise_figures(check: OutputCheck, got: torch.Tensor, want: torch.Tensor) -> dict[str, Any]:
+    """ULP distances, their histogram, absolute and relative errors, non-finite disagreements."""
     n = got.numel()
-    if check.kind == "index_set":
-        return _compare_index_set(check, got, want)
     got_finite, want_finite = torch.isfinite(got), torch.isfinite(want)
     nonfinite_mask = got_finite != want_finite
     nonfinite = int(nonfinite_mask.sum())
@@ -311,7 +299,7 @@ def compare_output(
     max_rel = float((diff / want.double().abs().clamp_min(torch.finfo(want.dtype).tiny)).max()) if n else 0.0
     mismatched = ulps > 0
     over = ulps > 1 if (check.kind == "bf16" and check.bit_exact) else torch.zeros_like(mismatched)
-    figures = dict(
+    return dict(
         n_elements=n,
         max_abs_err=max_abs,
         max_rel_err=max_rel,
@@ -322,10 +310,37 @@ def compare_output(
         first_mismatch_indices=_first_indices(over if over.any() else mismatched),
         nonfinite=nonfinite,
     )
-    if nonfinite:
-        return OutputParity(check.name, False, f"{nonfinite} non-finite values where the reference is finite "
-                            "(or finite where it is not)", **figures)  # fmt: skip
-    fp64_err, ref_err = normwise_error(got, exact), normwise_error(want, exact)
+
+
+def _figures_of_equal(n: int) -> dict[str, Any]:
+    """_elementwise_figures of two tensors equal in value (torch.equal: +0 equals -0, NaN equals nothing)."""
+    hist = {_bucket_label(lo, hi): n if lo == 0 else 0 for lo, hi in ULP_BUCKETS}
+    return dict(n_elements=n, max_abs_err=0.0, max_rel_err=0.0, max_ulp=0, ulp_hist=hist, n_mismatched=0,
+                n_over_tolerance=0, first_mismatch_indices=[], nonfinite=0)  # fmt: skip
+
+
+def compare_output(
+    check: OutputCheck,
+    got: Any,
+    want: torch.Tensor,
+    exact: torch.Tensor,
+    nearest: torch.Tensor,
+) -> OutputParity:
+    """One output against its admissible reference `want`, the FP64 value `exact` and the reference
+    as written `nearest` (the same tensor as `want` on the GPU)."""
+    problem = _structure_problem(check, got, want)
+    if problem is not None:
+        return OutputParity(check.name, False, problem)
+    n = got.numel()
+    if check.kind == "index_set":
+        return _compare_index_set(check, got, want)
+    equal = torch.equal(got, want)  # most calls: one pass, and the element-wise figures are all 0
+    figures = _figures_of_equal(n) if equal else _elementwise_figures(check, got, want)
+    if figures["nonfinite"]:
+        return OutputParity(check.name, False, f"{figures['nonfinite']} non-finite values where the reference is "
+                            "finite (or finite where it is not)", **figures)  # fmt: skip
+    ref_err = normwise_error(want, exact)
+    fp64_err = ref_err if equal else normwise_error(got, exact)
     ratio = fp64_err / ref_err if ref_err > 0 else (1.0 if fp64_err == 0 else math.inf)
     figures.update(
         fp64_err=fp64_err,

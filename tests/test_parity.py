@@ -95,6 +95,29 @@ def test_the_ulp_histogram_puts_each_distance_in_its_bucket():
     assert result.nonfinite == 1 and result.max_ulp == 5000
 
 
+@pytest.mark.parametrize("dtype", [BF16, torch.float32])
+@pytest.mark.parametrize("case", ["values", "signed_zeros", "infinities", "empty"])
+def test_equal_outputs_take_the_short_path_with_the_element_wise_figures(dtype, case, monkeypatch):
+    """Outputs equal to the reference in value are judged without the element-wise pass; the record is the
+    same as that pass gives, signed zeros and infinities included (a NaN is equal to nothing: it takes the pass)."""
+    want = torch.linspace(-3, 3, 64).to(dtype)
+    got = want.clone()
+    if case == "signed_zeros":
+        want[10], got[10] = 0.0, -0.0
+    elif case == "infinities":
+        want[[3, 40]] = got[[3, 40]] = torch.tensor([float("inf"), -float("inf")], dtype=dtype)
+    elif case == "empty":
+        want, got = want[:0], got[:0]
+    check = OutputCheck("x", "bf16" if dtype == BF16 else "fp32", rel_tol=None)
+    exact = torch.where(want.isfinite(), want.double() + 1e-3, 1e30)  # the reference overflowed there
+    element_wise = parity._elementwise_figures(check, got, want)
+    monkeypatch.setattr(parity, "_elementwise_figures", None)  # not called
+    result = parity.compare_output(check, got, want, exact, want)
+    assert {k: getattr(result, k) for k in element_wise} == element_wise
+    assert result.fp64_err == parity.normwise_error(got, exact) and result.ref_fp64_err == result.fp64_err
+    assert result.passed, result.reason
+
+
 def test_one_ulp_differences_pass_within_the_budget_and_fail_beyond_it():
     check = OutputCheck("x", "bf16", max_ulp_fraction=0.01)
     ref, exact = _bf16_pair()
