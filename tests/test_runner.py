@@ -1500,16 +1500,24 @@ def test_benchmark_children_load_the_peers_the_baselines_child_compiled(tmp_path
 
     artifacts = tmp_path / "peers.bin"
 
-    def run(mode: str, cache: str) -> dict:
+    def start(mode: str, cache: str) -> subprocess.Popen:
         env = working_tree_env(TORCHINDUCTOR_CACHE_DIR=str(tmp_path / cache))
-        done = subprocess.run([sys.executable, "-c", PEER_SCRIPT, mode, str(artifacts)], env=env,
-                              capture_output=True, text=True, timeout=300)  # fmt: skip
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.splitlines()[-1])
+        return subprocess.Popen([sys.executable, "-c", PEER_SCRIPT, mode, str(artifacts)], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
 
-    assert run("save", "baselines") == {"graphs_loaded": 0, "graphs_compiled": 2, "load_failure": None}
-    assert run("load", "bench") == {"graphs_loaded": 2, "graphs_compiled": 0, "load_failure": None}
-    denied = run("load_denied", "bench-denied")
+    def summary(proc: subprocess.Popen) -> dict:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err[-3000:]
+        return json.loads(out.splitlines()[-1])
+
+    assert summary(start("save", "baselines")) == {"graphs_loaded": 0, "graphs_compiled": 2, "load_failure": None}
+    loading, denied_loading = start("load", "bench"), start("load_denied", "bench-denied")  # side by side
+    try:
+        assert summary(loading) == {"graphs_loaded": 2, "graphs_compiled": 0, "load_failure": None}
+        denied = summary(denied_loading)
+    finally:
+        denied_loading.kill()  # none left behind by a failed assertion (no-op on an ended process)
+        denied_loading.wait()
     assert (denied["graphs_loaded"], denied["graphs_compiled"]) == (0, 2)
     assert denied["load_failure"].startswith("Failed to load artifact: ")
     assert denied["load_failure"].endswith("PermissionError: [Errno 13] Permission denied: "
