@@ -11,6 +11,7 @@ import torch
 
 from harness.environment import REPO_ROOT
 from harness.records import Status
+from tests.conftest import PLANTED_TIMEOUT_S
 
 
 @pytest.mark.parametrize(
@@ -44,7 +45,11 @@ def test_cached_values_are_caught_by_comparing_seeds_in_the_parent(planted):
 @pytest.mark.parametrize(
     ("name", "status", "detail"),
     [
-        ("hangs", Status.TIMEOUT, "killed after 25 s (the limit); it had finished 0 of 2 calls, the last started at"),
+        (
+            "hangs",
+            Status.TIMEOUT,
+            f"killed after {PLANTED_TIMEOUT_S:g} s (the limit); it had finished 0 of 2 calls, the last started at",
+        ),
         ("crashes", Status.CRASH, "SIGSEGV"),
         ("raises", Status.RUNTIME_ERROR, "NotImplementedError: planted: this launcher always raises"),
     ],
