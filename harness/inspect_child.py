@@ -413,7 +413,13 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
     except BaseException as e:  # the candidate's failure is data
         report.emit("import_error", message=f"{type(e).__name__}: {e}"[:2000], violations=list(monitor.violations))
         return
+    # Part `part` of `parts` children: every part records the same launches and lays out the same configs, and
+    # compiles the distinct specializations whose order of first appearance is `part` modulo `parts`. Events
+    # carry each config's place in that layout, so the parent lists them as one child would.
+    part, parts = request.get("part", 0), request.get("parts", 1)
+    owners: dict[tuple[str, str], int] = {}
     done: dict[tuple[str, str], Figures] = {}  # one compilation per distinct specialization
+    index = 0
     for label in request["shapes"]:
         shape = task.shape(label, torch.device("cuda"))  # the GPU shape; its inputs are made on the CPU
         with unfilled_weights():  # values never reach a compiler; moe_experts' weights would be 20 GB
@@ -424,26 +430,43 @@ def run(request: dict[str, Any], report: Reporter, layers: dict[str, str]) -> No
             after = None
         except Exception as e:  # nothing ran: a launcher reading its outputs back may trip; what was recorded stands
             after = f"{type(e).__name__}: {e}"[:500]
-        if not launches:
-            report.emit("no_launch", shape=label, message=after or "the launcher launched no Triton kernel")
-            continue
+        mine = []
         for launch in launches:
             for config in launch.configs:
                 options = config_options(config, launch.options)
-                described = _describe(config)
+                planned = {"index": index, "launch": launch, "options": options, "described": _describe(config)}
+                index += 1
                 try:
-                    described = _describe(config, launch.derived(config))
-                    sig, consts, divisible = signature(launch.fn, launch.args, launch.kwargs, launch.meta(config))
-                    key = (launch.kernel, json.dumps([sig, {k: repr(v) for k, v in consts.items()}, divisible,
-                                                      options], sort_keys=True))  # fmt: skip
-                    if key not in done:
-                        done[key] = compile_figures(launch.fn, sig, consts, divisible, options)
-                    figures = done[key]
-                    report.emit("compiled", shape=label, kernel=launch.kernel, config=described,
-                                figures=asdict(figures), signature=sig, after_launch=after)  # fmt: skip
-                except Exception as e:  # a config that does not compile is a finding, the others go on
-                    report.emit("compile_error", shape=label, kernel=launch.kernel, config=described,
-                                message=error_text(e))  # fmt: skip
+                    planned["described"] = _describe(config, launch.derived(config))
+                    planned["specialized"] = signature(launch.fn, launch.args, launch.kwargs, launch.meta(config))
+                    sig, consts, divisible = planned["specialized"]
+                    planned["key"] = (launch.kernel, json.dumps([sig, {k: repr(v) for k, v in consts.items()},
+                                                                 divisible, options], sort_keys=True))  # fmt: skip
+                    owner = owners.setdefault(planned["key"], len(owners) % parts)
+                except Exception as e:  # a config that cannot be specialized is a finding, the others go on
+                    planned["error"] = error_text(e)
+                    owner = planned["index"] % parts
+                if owner == part:
+                    mine.append(planned)
+        # Before compiling: a part that dies leaves these unreported, and the parent says so.
+        report.emit("owned", shape=label, indices=[p["index"] for p in mine])
+        if not launches and part == 0:
+            report.emit("no_launch", shape=label, index=index,
+                        message=after or "the launcher launched no Triton kernel")  # fmt: skip
+        for planned in mine:
+            where = {"shape": label, "index": planned["index"], "kernel": planned["launch"].kernel,
+                     "config": planned["described"]}  # fmt: skip
+            if "error" in planned:
+                report.emit("compile_error", **where, message=planned["error"])
+                continue
+            try:
+                key = planned["key"]
+                if key not in done:
+                    done[key] = compile_figures(planned["launch"].fn, *planned["specialized"], planned["options"])
+                report.emit("compiled", **where, figures=asdict(done[key]), signature=planned["specialized"][0],
+                            after_launch=after)  # fmt: skip
+            except Exception as e:  # a config that does not compile is a finding, the others go on
+                report.emit("compile_error", **where, message=error_text(e))
     report.emit("done", violations=list(monitor.violations))
 
 

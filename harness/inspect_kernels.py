@@ -18,7 +18,11 @@ lean_row at T = 1, 2 round trips without a register cap, 1 with one) shows here.
 profile task=... candidate=...`: issue slots and pipe utilizations among its figures) measures what
 these figures predict.
 
-One InspectionRecord per (shape, kernel, config) is appended to results/<task>/inspections.jsonl.
+The distinct compilations are shared out over `jobs` sandboxed children side by side (0, the default: one per
+core, at most MAX_JOBS = 8); a child that dies or times out leaves a crash or timeout record on each shape where it
+left configs unreported.
+One InspectionRecord per (shape, kernel, config) is appended to results/<task>/inspections.jsonl, in the order of
+the launches' configs.
 Exit status: 0 when at least one kernel compiled; 1 for bad input, or when nothing compiled (the
 table and the records say why).
 """
@@ -29,6 +33,7 @@ import os
 import shutil
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,7 @@ from harness.records import DEFAULT_RESULTS_DIR, append, new_id, now_utc, task_r
 
 INSPECTIONS_FILE = "inspections.jsonl"
 CHILD_MODULE = "harness.inspect_child"
+MAX_JOBS = 8  # children compiling side by side by default: the cores of a GPU runner, within reason
 STATUSES = ("compiled", "compile_error", "no_launch", "import_error", "timeout", "crash", "sandbox_violation")
 
 
@@ -50,7 +56,8 @@ class InspectSettings:
     seed: int = 0  # the inputs the launcher is called on (made on the CPU; no kernel runs)
     timeout_s: float = 900.0  # the child, every config's compilation included
     results_dir: str | None = None  # default: <repo>/results
-    keep_scratch: bool = False  # keep the child's job directory (request, report, log)
+    keep_scratch: bool = False  # keep the children's job directories (request, report, log)
+    jobs: int = 0  # children sharing the compilations out, side by side; 0: one per core, at most 8
 
 
 @dataclass(frozen=True)
@@ -84,11 +91,24 @@ class InspectionRecord:
         return dict(self.__dict__)
 
 
-def _records(events: list[dict[str, Any]], run: sandbox.ChildRun, base: dict[str, Any],
+def _records(parts: list[tuple[list[dict[str, Any]], sandbox.ChildRun]], base: dict[str, Any],
              shapes: tuple[str, ...]) -> list[InspectionRecord]:  # fmt: skip
-    """The child's report as records; how the child ended decides the shapes it never reached."""
+    """The children's reports (events, run) as the records of one inspection, in the order of the launches'
+    configs; how a child ended decides the configs it owned and never reported."""
+    events = [e for part_events, _ in parts for e in part_events]
+    violations = sorted({v for e in events for v in e.get("violations") or []})
+    if violations:
+        detail = "; ".join(violations[:5])
+        return [InspectionRecord(**base, shape_label=s, status="sandbox_violation", detail=detail) for s in shapes]
+    import_error = next((e for e in events if e["event"] == "import_error"), None)
+    if import_error is not None:
+        return [InspectionRecord(**base, shape_label=s, status="import_error", detail=import_error["message"])
+                for s in shapes]  # fmt: skip
+    order = {s: i for i, s in enumerate(shapes)}
+    placed = sorted((e for e in events if e["event"] in ("compiled", "compile_error", "no_launch")),
+                    key=lambda e: (order[e["shape"]], e["index"]))  # fmt: skip
     out: list[InspectionRecord] = []
-    for e in events:
+    for e in placed:
         kind = e["event"]
         if kind == "compiled":
             out.append(InspectionRecord(**base, shape_label=e["shape"], status="compiled", kernel=e["kernel"],
@@ -97,25 +117,24 @@ def _records(events: list[dict[str, Any]], run: sandbox.ChildRun, base: dict[str
         elif kind == "compile_error":
             out.append(InspectionRecord(**base, shape_label=e["shape"], status="compile_error", kernel=e["kernel"],
                                         config=e["config"], detail=e["message"]))  # fmt: skip
-        elif kind == "no_launch":
+        else:
             out.append(InspectionRecord(**base, shape_label=e["shape"], status="no_launch", detail=e["message"]))
-        elif kind == "import_error":
-            out.extend(
-                InspectionRecord(**base, shape_label=s, status="import_error", detail=e["message"]) for s in shapes
-            )
-    violations = sorted({v for e in events for v in e.get("violations") or []})
-    if violations:
-        detail = "; ".join(violations[:5])
-        return [InspectionRecord(**base, shape_label=s, status="sandbox_violation", detail=detail) for s in shapes]
-    if not any(e["event"] in ("done", "import_error") for e in events):
-        reached = {r.shape_label for r in out}
+    lost: dict[str, InspectionRecord] = {}
+    for k, (part_events, run) in enumerate(parts):
+        if any(e["event"] == "done" for e in part_events):
+            continue
+        owned = {e["shape"]: set(e["indices"]) for e in part_events if e["event"] == "owned"}
+        for e in part_events:
+            if e["event"] in ("compiled", "compile_error"):
+                owned[e["shape"]].discard(e["index"])
         status = "timeout" if run.timed_out else "crash"
-        why = (f"the child {'ran past its time limit' if run.timed_out else f'died (exit {run.returncode})'}; "
-               f"its log ends: {run.log_tail[-500:]}")  # fmt: skip
-        out.extend(
-            InspectionRecord(**base, shape_label=s, status=status, detail=why) for s in shapes if s not in reached
-        )
-    return out
+        child = "the child" if len(parts) == 1 else f"the child of part {k + 1} of {len(parts)}"
+        why = (f"{child} {'ran past its time limit' if run.timed_out else f'died (exit {run.returncode})'} with "
+               f"configs of this shape unreported; its log ends: {run.log_tail[-500:]}")  # fmt: skip
+        for s in shapes:
+            if (s not in owned or owned[s]) and s not in lost:  # never reached, or some of its configs lost
+                lost[s] = InspectionRecord(**base, shape_label=s, status=status, detail=why)
+    return sorted(out + list(lost.values()), key=lambda r: order[r.shape_label])  # stable: a shape's losses last
 
 
 def _bytes_per_instruction(counts: dict[str, int]) -> str:
@@ -161,31 +180,41 @@ class InspectError(RuntimeError):
 
 
 def inspect_candidate(task: Any, c: Any, shapes: tuple[str, ...], seed: int = 0, timeout_s: float = 900.0,
-                      keep_scratch: bool = False) -> list[InspectionRecord]:  # fmt: skip
-    """Compile every config of the kernels `c` launches on `shapes` (GPU shape labels) in the sandbox."""
+                      keep_scratch: bool = False, jobs: int = 0) -> list[InspectionRecord]:  # fmt: skip
+    """Compile every config of the kernels `c` launches on `shapes` (GPU shape labels) in the sandbox, the
+    distinct compilations shared out over `jobs` children side by side (0: one per core, at most MAX_JOBS)."""
+    parts = jobs if jobs > 0 else min(os.cpu_count() or 1, MAX_JOBS)
+    threads = max(1, (os.cpu_count() or 1) // parts)
     root = Path(tempfile.mkdtemp(prefix="beam-inspect-"))
     os.chmod(root, 0o711)
     drop = sandbox.drop_target()
-    job = sandbox.prepare_job(root, f"inspect-{c.short_hash}", True, c.path, root / "empty-triton-cache", {})
-    request = {"task": task.name, "shapes": list(shapes), "seed": seed, "scratch": str(job.scratch),
-               "report_path": str(job.report_path), "drop": list(drop) if isinstance(drop, tuple) else None,
-               "drop_reason": None if isinstance(drop, tuple) else drop,
-               "candidate": {"copy": str(job.candidate_copy), "hash": c.content_hash}}  # fmt: skip
+
+    def one(part: int) -> tuple[list[dict[str, Any]], sandbox.ChildRun]:
+        name = f"inspect-{c.short_hash}" + (f"-{part}" if part else "")
+        job = sandbox.prepare_job(root, name, True, c.path, root / "empty-triton-cache", {})
+        request = {"task": task.name, "shapes": list(shapes), "seed": seed, "scratch": str(job.scratch),
+                   "report_path": str(job.report_path), "drop": list(drop) if isinstance(drop, tuple) else None,
+                   "drop_reason": None if isinstance(drop, tuple) else drop, "part": part, "parts": parts,
+                   "candidate": {"copy": str(job.candidate_copy), "hash": c.content_hash}}  # fmt: skip
+        run = sandbox.run_child(job, request, timeout_s, "cpu", threads, module=CHILD_MODULE, interpret=False)
+        return run.events, run
+
     try:
-        run = sandbox.run_child(job, request, timeout_s, "cpu", os.cpu_count() or 1, module=CHILD_MODULE,
-                                interpret=False)  # fmt: skip
-        child_error = next((e for e in run.events if e["event"] == "child_error"), None)
-        if child_error is not None or not any(e["event"] == "isolation" for e in run.events):
-            raise InspectError(f"the inspecting child failed outside the candidate:\n"
-                               f"{child_error['traceback'] if child_error else run.log_tail}")  # fmt: skip
+        with ThreadPoolExecutor(max_workers=parts) as pool:
+            reports = list(pool.map(one, range(parts)))
+        for events, run in reports:
+            child_error = next((e for e in events if e["event"] == "child_error"), None)
+            if child_error is not None or not any(e["event"] == "isolation" for e in events):
+                raise InspectError(f"the inspecting child failed outside the candidate:\n"
+                                   f"{child_error['traceback'] if child_error else run.log_tail}")  # fmt: skip
         env = environment.capture().to_dict()
         base = {"run_id": new_id()[:12], "task": task.name, "candidate": c.name, "candidate_hash": c.content_hash,
                 "candidate_path": c.display_path, "environment": {"triton": env["triton"], "torch": env["torch"],
                                                                    "git_commit": env["git_commit"]}}  # fmt: skip
-        return _records(run.events, run, base, shapes)
+        return _records(reports, base, shapes)
     finally:
         if keep_scratch:
-            print(f"job directory kept: {job.job_dir}")
+            print(f"job directories kept: {root}")
         else:
             shutil.rmtree(root, ignore_errors=True)
 
@@ -209,12 +238,16 @@ def main(settings: InspectSettings) -> int:
         task = get_task(settings.task)
         (c,) = candidate_files.resolve(task.name, task.op_name, (settings.candidate,))
         shapes = gpu_shapes(task, tuple(settings.shapes))
+        if settings.jobs < 0:
+            raise ValueError(f"jobs must be 0 (one child per core, at most {MAX_JOBS}) or more; got {settings.jobs}")
     except ValueError as e:  # CandidateError is one
         print(f"error: {e}", file=sys.stderr)
         return 1
     print(f"inspect: {task.name}/{c.name} ({c.short_hash}) on {list(shapes)}, every config compiled for sm_90a here")
     try:
-        records = inspect_candidate(task, c, shapes, settings.seed, settings.timeout_s, settings.keep_scratch)
+        records = inspect_candidate(
+            task, c, shapes, settings.seed, settings.timeout_s, settings.keep_scratch, settings.jobs
+        )
     except InspectError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

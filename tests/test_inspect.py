@@ -268,10 +268,14 @@ def _records(results_dir, task="fuse_norm") -> list[InspectionRecord]:
 
 
 def test_inspect_compiles_every_config_of_a_real_candidate_for_the_h200(tmp_path):
-    result = harness("inspect", "task=fuse_norm", "candidate=row_per_program", f"results_dir={tmp_path}")
+    """Three children share the seven compilations out (more than this machine's cores); the records come in the
+    autotuner's order of configs, as from one child."""
+    result = harness("inspect", "task=fuse_norm", "candidate=row_per_program", "jobs=3", f"results_dir={tmp_path}")
     assert result.returncode == 0, result.stderr
     records = _records(tmp_path)
-    assert len(records) == 7 and all(r.status == "compiled" and r.shape_label == "T=1" for r in records)
+    assert all(r.status == "compiled" and r.shape_label == "T=1" for r in records)
+    assert [r.config for r in records] == [f"warps={w}, stages=3" for w in (1, 2, 4, 8, 16)] + [
+        "warps=4, stages=3, maxnreg=96", "warps=8, stages=3, maxnreg=64"]  # fmt: skip
     by_config = {r.config: r.figures for r in records}
     warps = [by_config[f"warps={w}, stages=3"]["registers"] for w in (2, 4, 8, 16)]
     assert warps == sorted(warps, reverse=True) and warps[-1] < 64  # fewer elements per thread, fewer registers
@@ -331,12 +335,53 @@ def test_a_candidate_reading_secrets_is_a_sandbox_violation(tmp_path):
         (("task=nope", "candidate=x"), "known"),
         (("task=fuse_norm", "candidate=missing_file"), "missing_file"),
         (("task=fuse_norm", "candidate=row_per_program", "shapes=['T=2']"), "has no GPU shapes ['T=2']"),
+        (("task=fuse_norm", "candidate=row_per_program", "jobs=-1"), "jobs must be 0 (one child per core"),
     ],
 )
 def test_bad_input_is_a_clear_error(tmp_path, args, message):
     result = harness("inspect", *args, f"results_dir={tmp_path}")
     assert result.returncode == 1 and message in result.stderr, result.stderr
     assert not (tmp_path / "fuse_norm" / INSPECTIONS_FILE).exists()
+
+
+def test_the_parts_reports_are_merged_in_config_order_and_a_dead_part_names_the_shapes_it_left():
+    """The first of two parts reports configs 0 and 2 of T=1 and the no_launch of T=8; the second reports config 1
+    of T=1, then dies with config 3 of T=64 unreported. T=64 gets a crash record saying so; T=1 and T=8 lost
+    nothing."""
+    from types import SimpleNamespace
+
+    from harness.inspect_kernels import _records as merged
+
+    def compiled(shape, index):
+        return {"event": "compiled", "shape": shape, "index": index, "kernel": "k", "config": f"c{index}",
+                "figures": {"registers": index}, "signature": {}}  # fmt: skip
+
+    ok = SimpleNamespace(timed_out=False, returncode=0, log_tail="")
+    died = SimpleNamespace(timed_out=False, returncode=-11, log_tail="Segmentation fault")
+    part0 = [{"event": "isolation"}, {"event": "owned", "shape": "T=1", "indices": [0, 2]}, compiled("T=1", 0),
+             compiled("T=1", 2), {"event": "owned", "shape": "T=8", "indices": []},
+             {"event": "no_launch", "shape": "T=8", "index": 3, "message": "none"},
+             {"event": "owned", "shape": "T=64", "indices": []}, {"event": "done", "violations": []}]  # fmt: skip
+    part1 = [{"event": "isolation"}, {"event": "owned", "shape": "T=1", "indices": [1]}, compiled("T=1", 1),
+             {"event": "owned", "shape": "T=8", "indices": []},
+             {"event": "owned", "shape": "T=64", "indices": [3]}]  # fmt: skip
+    base = {"run_id": "r", "task": "fuse_norm", "candidate": "c", "candidate_hash": "h" * 64, "candidate_path": "p"}
+    shapes = ("T=1", "T=8", "T=64")
+    records = merged([(part0, ok), (part1, died)], base, shapes)
+    assert [(r.shape_label, r.status, r.config) for r in records] == [
+        ("T=1", "compiled", "c0"), ("T=1", "compiled", "c1"), ("T=1", "compiled", "c2"),
+        ("T=8", "no_launch", None), ("T=64", "crash", None)]  # fmt: skip
+    assert records[-1].detail.startswith("the child of part 2 of 2 died (exit -11) with configs of this shape "
+                                         "unreported; its log ends: Segmentation fault")  # fmt: skip
+    # A part that times out compiling config 1: T=1 has records from the other part and still lost one; the
+    # shapes the part never reached are unreported too.
+    early = [{"event": "isolation"}, {"event": "owned", "shape": "T=1", "indices": [1]}]
+    timed_out = SimpleNamespace(timed_out=True, returncode=None, log_tail="")
+    records = merged([(part0, ok), (early, timed_out)], base, shapes)
+    assert [(r.shape_label, r.status) for r in records] == [
+        ("T=1", "compiled"), ("T=1", "compiled"), ("T=1", "timeout"), ("T=8", "no_launch"), ("T=8", "timeout"),
+        ("T=64", "timeout")]  # fmt: skip
+    assert records[2].detail.startswith("the child of part 2 of 2 ran past its time limit")
 
 
 def test_records_round_trip_and_refuse_figures_without_compilation():
