@@ -17,6 +17,9 @@ registers, shared memory and warps allow (`residency`), and the SASS instruction
 how many instructions, and how many of them are conversions, FP64 arithmetic and MUFU, and the global
 load round trips a thread makes on its worst path: `load_round_trips`).
 
+Several children may share one inspection (request "part" of "parts"): each records the same launches and
+compiles only the distinct specializations that fall to it, saying first which configs of a shape it owns.
+
 These are the compiler's figures, not the chip's: they say whether a config spills, how many
 programs an SM can hold and whether loads were vectorized, before any GPU time is spent.
 """

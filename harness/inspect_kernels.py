@@ -91,11 +91,10 @@ class InspectionRecord:
         return dict(self.__dict__)
 
 
-def _records(parts: list[tuple[list[dict[str, Any]], sandbox.ChildRun]], base: dict[str, Any],
-             shapes: tuple[str, ...]) -> list[InspectionRecord]:  # fmt: skip
-    """The children's reports (events, run) as the records of one inspection, in the order of the launches'
-    configs; how a child ended decides the configs it owned and never reported."""
-    events = [e for part_events, _ in parts for e in part_events]
+def _records(parts: list[sandbox.ChildRun], base: dict[str, Any], shapes: tuple[str, ...]) -> list[InspectionRecord]:
+    """The children's reports as the records of one inspection, in the order of the launches' configs; how a
+    child ended decides the configs it owned and never reported."""
+    events = [e for run in parts for e in run.events]
     violations = sorted({v for e in events for v in e.get("violations") or []})
     if violations:
         detail = "; ".join(violations[:5])
@@ -120,11 +119,11 @@ def _records(parts: list[tuple[list[dict[str, Any]], sandbox.ChildRun]], base: d
         else:
             out.append(InspectionRecord(**base, shape_label=e["shape"], status="no_launch", detail=e["message"]))
     lost: dict[str, InspectionRecord] = {}
-    for k, (part_events, run) in enumerate(parts):
-        if any(e["event"] == "done" for e in part_events):
+    for k, run in enumerate(parts):
+        if any(e["event"] == "done" for e in run.events):
             continue
-        owned = {e["shape"]: set(e["indices"]) for e in part_events if e["event"] == "owned"}
-        for e in part_events:
+        owned = {e["shape"]: set(e["indices"]) for e in run.events if e["event"] == "owned"}
+        for e in run.events:
             if e["event"] in ("compiled", "compile_error"):
                 owned[e["shape"]].discard(e["index"])
         status = "timeout" if run.timed_out else "crash"
@@ -189,29 +188,28 @@ def inspect_candidate(task: Any, c: Any, shapes: tuple[str, ...], seed: int = 0,
     os.chmod(root, 0o711)
     drop = sandbox.drop_target()
 
-    def one(part: int) -> tuple[list[dict[str, Any]], sandbox.ChildRun]:
+    def one(part: int) -> sandbox.ChildRun:
         name = f"inspect-{c.short_hash}" + (f"-{part}" if part else "")
         job = sandbox.prepare_job(root, name, True, c.path, root / "empty-triton-cache", {})
         request = {"task": task.name, "shapes": list(shapes), "seed": seed, "scratch": str(job.scratch),
                    "report_path": str(job.report_path), "drop": list(drop) if isinstance(drop, tuple) else None,
                    "drop_reason": None if isinstance(drop, tuple) else drop, "part": part, "parts": parts,
                    "candidate": {"copy": str(job.candidate_copy), "hash": c.content_hash}}  # fmt: skip
-        run = sandbox.run_child(job, request, timeout_s, "cpu", threads, module=CHILD_MODULE, interpret=False)
-        return run.events, run
+        return sandbox.run_child(job, request, timeout_s, "cpu", threads, module=CHILD_MODULE, interpret=False)
 
     try:
         with ThreadPoolExecutor(max_workers=parts) as pool:
-            reports = list(pool.map(one, range(parts)))
-        for events, run in reports:
-            child_error = next((e for e in events if e["event"] == "child_error"), None)
-            if child_error is not None or not any(e["event"] == "isolation" for e in events):
+            runs = list(pool.map(one, range(parts)))
+        for run in runs:
+            child_error = next((e for e in run.events if e["event"] == "child_error"), None)
+            if child_error is not None or not any(e["event"] == "isolation" for e in run.events):
                 raise InspectError(f"the inspecting child failed outside the candidate:\n"
                                    f"{child_error['traceback'] if child_error else run.log_tail}")  # fmt: skip
         env = environment.capture().to_dict()
         base = {"run_id": new_id()[:12], "task": task.name, "candidate": c.name, "candidate_hash": c.content_hash,
                 "candidate_path": c.display_path, "environment": {"triton": env["triton"], "torch": env["torch"],
                                                                    "git_commit": env["git_commit"]}}  # fmt: skip
-        return _records(reports, base, shapes)
+        return _records(runs, base, shapes)
     finally:
         if keep_scratch:
             print(f"job directories kept: {root}")

@@ -356,8 +356,6 @@ def test_the_parts_reports_are_merged_in_config_order_and_a_dead_part_names_the_
         return {"event": "compiled", "shape": shape, "index": index, "kernel": "k", "config": f"c{index}",
                 "figures": {"registers": index}, "signature": {}}  # fmt: skip
 
-    ok = SimpleNamespace(timed_out=False, returncode=0, log_tail="")
-    died = SimpleNamespace(timed_out=False, returncode=-11, log_tail="Segmentation fault")
     part0 = [{"event": "isolation"}, {"event": "owned", "shape": "T=1", "indices": [0, 2]}, compiled("T=1", 0),
              compiled("T=1", 2), {"event": "owned", "shape": "T=8", "indices": []},
              {"event": "no_launch", "shape": "T=8", "index": 3, "message": "none"},
@@ -367,7 +365,9 @@ def test_the_parts_reports_are_merged_in_config_order_and_a_dead_part_names_the_
              {"event": "owned", "shape": "T=64", "indices": [3]}]  # fmt: skip
     base = {"run_id": "r", "task": "fuse_norm", "candidate": "c", "candidate_hash": "h" * 64, "candidate_path": "p"}
     shapes = ("T=1", "T=8", "T=64")
-    records = merged([(part0, ok), (part1, died)], base, shapes)
+    ok = SimpleNamespace(events=part0, timed_out=False, returncode=0, log_tail="")
+    died = SimpleNamespace(events=part1, timed_out=False, returncode=-11, log_tail="Segmentation fault")
+    records = merged([ok, died], base, shapes)
     assert [(r.shape_label, r.status, r.config) for r in records] == [
         ("T=1", "compiled", "c0"), ("T=1", "compiled", "c1"), ("T=1", "compiled", "c2"),
         ("T=8", "no_launch", None), ("T=64", "crash", None)]  # fmt: skip
@@ -376,8 +376,8 @@ def test_the_parts_reports_are_merged_in_config_order_and_a_dead_part_names_the_
     # A part that times out compiling config 1: T=1 has records from the other part and still lost one; the
     # shapes the part never reached are unreported too.
     early = [{"event": "isolation"}, {"event": "owned", "shape": "T=1", "indices": [1]}]
-    timed_out = SimpleNamespace(timed_out=True, returncode=None, log_tail="")
-    records = merged([(part0, ok), (early, timed_out)], base, shapes)
+    timed_out = SimpleNamespace(events=early, timed_out=True, returncode=None, log_tail="")
+    records = merged([ok, timed_out], base, shapes)
     assert [(r.shape_label, r.status) for r in records] == [
         ("T=1", "compiled"), ("T=1", "compiled"), ("T=1", "timeout"), ("T=8", "no_launch"), ("T=8", "timeout"),
         ("T=64", "timeout")]  # fmt: skip
