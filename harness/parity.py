@@ -2,7 +2,7 @@
 
 Runs in the parent process only, on outputs a child saved: the parent regenerates the inputs from
 the seed, runs the reference (`admissible_references`) and the FP64 evaluation (`fp64_evaluation`),
-and compares (`judge`). Nothing here runs candidate code.
+and compares (`Expected`: one per inputs, for every implementation's outputs). Nothing here runs candidate code.
 
 The checks per output (tasks/task.py OutputCheck), in order: type, shape, dtype, finiteness, then
 values. BF16 `bit_exact`: equal bit for bit except differences of exactly 1 ulp on at most
@@ -325,9 +325,11 @@ def compare_output(
     want: torch.Tensor,
     exact: torch.Tensor,
     nearest: torch.Tensor,
+    reference_errors: tuple[float, float] | None = None,
 ) -> OutputParity:
     """One output against its admissible reference `want`, the FP64 value `exact` and the reference
-    as written `nearest` (the same tensor as `want` on the GPU)."""
+    as written `nearest` (the same tensor as `want` on the GPU). `reference_errors`: the normwise errors
+    of `want` and `nearest` against `exact` where the caller has them already (`Expected`)."""
     problem = _structure_problem(check, got, want)
     if problem is not None:
         return OutputParity(check.name, False, problem)
@@ -339,13 +341,13 @@ def compare_output(
     if figures["nonfinite"]:
         return OutputParity(check.name, False, f"{figures['nonfinite']} non-finite values where the reference is "
                             "finite (or finite where it is not)", **figures)  # fmt: skip
-    ref_err = normwise_error(want, exact)
+    ref_err, nearest_err = reference_errors or (normwise_error(want, exact), normwise_error(nearest, exact))
     fp64_err = ref_err if equal else normwise_error(got, exact)
     ratio = fp64_err / ref_err if ref_err > 0 else (1.0 if fp64_err == 0 else math.inf)
     figures.update(
         fp64_err=fp64_err,
         ref_fp64_err=ref_err,
-        nearest_ref_fp64_err=normwise_error(nearest, exact),
+        nearest_ref_fp64_err=nearest_err,
         fp64_ratio=ratio if math.isfinite(ratio) else None,
     )
     if check.kind == "bf16" and check.bit_exact:
@@ -380,23 +382,70 @@ class CallParity:
     def reason(self) -> str:
         return "; ".join(f"{name}: {o.reason}" for name, o in self.outputs.items() if not o.passed)
 
+    @property
+    def elements_off(self) -> int:
+        """Elements (rows, for index_set) not bit-identical to the reference, over every output."""
+        return sum(o.n_mismatched + o.n_over_tolerance for o in self.outputs.values())
 
-def _judge_against(
-    task: Task, got: Sequence[Any], ref: AdmissibleReference, exact: list[torch.Tensor], nearest: list[torch.Tensor]
-) -> CallParity:
-    checks = {c.name: i for i, c in enumerate(task.outputs)}
-    results: dict[str, OutputParity] = {}
-    for i, check in enumerate(task.outputs):
-        g, w, e, r = got[i], ref.outputs[i], exact[i], nearest[i]
-        if check.paired_with is not None:
-            j = checks[check.paired_with]
-            if type(got[j]) is torch.Tensor and got[j].shape == ref.outputs[j].shape and type(g) is torch.Tensor:
-                if g.shape == got[j].shape:
-                    g = _sorted_by_ids(g, got[j])
-                w, r = _sorted_by_ids(w, ref.outputs[j]), _sorted_by_ids(r, nearest[j])
-                e = _sorted_by_ids(e, exact[j])
-        results[check.name] = compare_output(check, g, w, e, r)
-    return CallParity(all(o.passed for o in results.values()), ref.rounding, results)
+
+class Expected:
+    """What every implementation's outputs for one (shape, seed) are judged against: the admissible references
+    (`admissible_references`, the reference as written first) and the FP64 evaluation (`fp64_evaluation`).
+    What a comparison needs from them alone (the outputs re-ordered by their ids for `paired_with` checks, the
+    references' own FP64 errors) is the same for every implementation, so it is worked out once, on first use:
+    for outputs equal to the reference it was most of judging a call."""
+
+    def __init__(self, task: Task, references: Sequence[AdmissibleReference], exact: list[torch.Tensor]):
+        self.task, self.references, self.exact = task, list(references), exact
+        index = {c.name: i for i, c in enumerate(task.outputs)}
+        self._paired = {i: index[c.paired_with] for i, c in enumerate(task.outputs) if c.paired_with is not None}
+        self._outputs: dict[tuple[int, int, bool], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
+        self._errors: dict[tuple[int, int, bool], tuple[float, float]] = {}
+
+    def judge(self, got: Sequence[Any]) -> CallParity:
+        """The verdict for one call, against the admissible reference it is closest to (fewest elements off),
+        the first of those in order where several are as close: among those it passes against, else among
+        all. So a kernel equal bit for bit to one admissible reference is judged against that one (its record
+        shows no element off), even where it also passes against another within the 1-ulp budget."""
+        task = self.task
+        if len(got) != len(task.outputs):
+            names = [c.name for c in task.outputs]
+            reason = f"expected {len(names)} outputs {names} (returned, then mutated inputs); got {len(got)}"
+            return CallParity(False, self.references[0].rounding, {"outputs": OutputParity("outputs", False, reason)})
+        verdicts = [self._judge_against(got, k) for k in range(len(self.references))]
+        passed = [v for v in verdicts if v.passed]
+        return min(passed or verdicts, key=lambda v: v.elements_off)
+
+    def _judge_against(self, got: Sequence[Any], k: int) -> CallParity:
+        results: dict[str, OutputParity] = {}
+        for i, check in enumerate(self.task.outputs):
+            g, by_ids = got[i], False
+            if i in self._paired:
+                ids = got[self._paired[i]]
+                if type(ids) is torch.Tensor and type(g) is torch.Tensor:
+                    by_ids = ids.shape == self.references[k].outputs[self._paired[i]].shape
+                    if by_ids and g.shape == ids.shape:
+                        g = _sorted_by_ids(g, ids)
+            key = (k, i, by_ids)
+            want, exact, nearest = self._output(*key)
+            if check.kind != "index_set" and key not in self._errors:
+                self._errors[key] = (normwise_error(want, exact), normwise_error(nearest, exact))
+            results[check.name] = compare_output(check, g, want, exact, nearest, self._errors.get(key))
+        return CallParity(all(o.passed for o in results.values()), self.references[k].rounding, results)
+
+    def _output(self, k: int, i: int, by_ids: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Output i of reference k, of the FP64 evaluation and of the reference as written; `by_ids`: each
+        re-ordered by its own ids (the output its check is paired with)."""
+        key = (k, i, by_ids)
+        if key not in self._outputs:
+            want, exact, nearest = self.references[k].outputs[i], self.exact[i], self.references[0].outputs[i]
+            if by_ids:
+                j = self._paired[i]
+                want = _sorted_by_ids(want, self.references[k].outputs[j])
+                exact = _sorted_by_ids(exact, self.exact[j])
+                nearest = _sorted_by_ids(nearest, self.references[0].outputs[j])
+            self._outputs[key] = (want, exact, nearest)
+        return self._outputs[key]
 
 
 def judge(
@@ -405,18 +454,9 @@ def judge(
     references: Sequence[AdmissibleReference],
     exact: list[torch.Tensor],
 ) -> CallParity:
-    """The verdict for one call, against the admissible reference it is closest to (fewest elements off),
-    the first of those in order where several are as close: among those it passes against, else among all.
-    So a kernel equal bit for bit to one admissible reference is judged against that one (its record shows no
-    element off), even where it also passes against another within the 1-ulp budget."""
-    if len(got) != len(task.outputs):
-        names = [c.name for c in task.outputs]
-        reason = f"expected {len(names)} outputs {names} (returned, then mutated inputs); got {len(got)}"
-        return CallParity(False, references[0].rounding, {"outputs": OutputParity("outputs", False, reason)})
-    nearest = references[0].outputs
-    verdicts = [_judge_against(task, got, ref, exact, nearest) for ref in references]
-    passed = [v for v in verdicts if v.passed]
-    return min(passed or verdicts, key=lambda v: sum(o.n_mismatched + o.n_over_tolerance for o in v.outputs.values()))
+    """One call's verdict (`Expected.judge`); where several implementations are judged on the same inputs,
+    one `Expected` serves them all."""
+    return Expected(task, references, exact).judge(got)
 
 
 def summarize(calls: Sequence[CallParity]) -> dict[str, dict[str, Any]]:

@@ -567,10 +567,10 @@ class _Evaluation:
                     continue
                 inputs = self.task.make_inputs(shape, seed, device)
                 refs = parity.admissible_references(self.task, inputs, emulate_truncation=self.emulate_truncation)
-                exact = parity.fp64_evaluation(self.task, inputs)
+                expected = parity.Expected(self.task, refs, parity.fp64_evaluation(self.task, inputs))
                 for unit in pending:
-                    self._judge_call(unit, shape.label, seed, refs, exact, previous, device)
-                del inputs, refs, exact
+                    self._judge_call(unit, shape.label, seed, expected, previous, device)
+                del inputs, refs, expected
         if self.on_gpu:
             torch.cuda.empty_cache()  # the benchmark children that follow need the device's memory
         for unit in every:
@@ -586,7 +586,7 @@ class _Evaluation:
                     unit.status[label] = (status, f"config {described}: {detail}")
                     unit.cheats[label] = config_unit.cheats.get(label, [])
 
-    def _judge_call(self, unit, label, seed, refs, exact, previous, device) -> None:
+    def _judge_call(self, unit, label, seed, expected: parity.Expected, previous, device) -> None:
         event = unit.calls[(label, seed)]
         cheats = unit.cheats.setdefault(label, [])
         cheats += [c for c in event.get("cheats", []) if c not in cheats]
@@ -602,12 +602,12 @@ class _Evaluation:
         for i, t in enumerate(got[: len(got) - len(self.task.mutated)]):
             if _has_poison(t):
                 cheats.append(f"stale_memory: output {i} holds allocator poison (seed {seed}): never written")
-        verdict = parity.judge(self.task, got, refs, exact)
+        verdict = expected.judge(got)
         unit.verdicts.setdefault(label, []).append(verdict)
-        before = previous.get(unit.name)
-        if before is not None and _same_outputs(got, before[0]) and not _same_outputs(refs[0].outputs, before[1]):
+        before, reference = previous.get(unit.name), expected.references[0].outputs
+        if before is not None and _same_outputs(got, before[0]) and not _same_outputs(reference, before[1]):
             cheats.append(f"cached_result: seed {seed} returned the previous seed's outputs for different inputs")
-        previous[unit.name] = (got, refs[0].outputs)
+        previous[unit.name] = (got, reference)
 
     def _decide(self, unit: _Unit, label: str) -> None:
         if unit.global_status is not None:

@@ -248,6 +248,48 @@ def test_a_kernel_bit_exact_with_one_admissible_reference_is_judged_against_it()
     assert verdict.passed and verdict.rounding == "nearest" and verdict.outputs["x_TD"].n_mismatched == 0
 
 
+@pytest.mark.parametrize("task_name", ["moe_route", "fuse_norm"])
+def test_one_expected_judges_every_implementation_as_a_fresh_judge_does(task_name, monkeypatch):
+    """The runner judges every implementation's outputs for one (shape, seed) with one `Expected`: the verdicts
+    are a fresh judge's, call after call, and the references' own FP64 errors are computed once, not per call.
+    moe_route: paired weights re-ordered by ids; fuse_norm: several admissible (truncating) references."""
+    task = get_task(task_name)
+    shape = task.cpu_shapes[-1]
+    inputs = task.make_inputs(shape, 1, torch.device("cpu"))
+    refs = parity.admissible_references(task, inputs, emulate_truncation=True)
+    exact = parity.fp64_evaluation(task, inputs)
+    assert len(refs) > 1 or any(c.paired_with for c in task.outputs)
+    nearest = refs[0].outputs
+    ids_at = next((i for i, c in enumerate(task.outputs) if c.kind == "index_set"), None)
+    float_at = next(i for i, c in enumerate(task.outputs) if c.kind != "index_set")
+    off = [t.clone() for t in nearest]
+    flat = off[float_at].view(-1)
+    flat[:3] = torch.nextafter(flat[:3], torch.full_like(flat[:3], math.inf))
+    implementations = [nearest, off, [t.clone() for t in refs[-1].outputs], nearest[:1], nearest]
+    if ids_at is not None:  # the same choices in another order within each row, then a wrong choice
+        perm = torch.stack([torch.randperm(nearest[ids_at].shape[-1]) for _ in range(nearest[ids_at].shape[0])])
+        implementations.append([t.gather(-1, perm) for t in nearest])
+        wrong = [t.clone() for t in nearest]
+        wrong[ids_at][0, 0] = wrong[ids_at][0].max() + 1  # an id not in row 0
+        implementations.append(wrong)
+
+    calls = []
+    real = parity.normwise_error
+    monkeypatch.setattr(parity, "normwise_error", lambda x, e: calls.append(1) or real(x, e))
+    shared = parity.Expected(task, refs, exact)
+    first = shared.judge(nearest)
+    n_first = len(calls)
+    assert shared.judge(nearest) == first
+    own = len(calls) - n_first  # the candidate's own errors, against the references it differs from
+    assert n_first - own == 2 * len(refs) * sum(c.kind != "index_set" for c in task.outputs)
+    for got in implementations:
+        assert shared.judge(got) == parity.Expected(task, refs, exact).judge(got)
+    verdicts = [shared.judge(got) for got in implementations]
+    assert [v.passed for v in verdicts][:4] == [True, True, True, False]
+    if ids_at is not None:
+        assert verdicts[5].passed and not verdicts[6].passed
+
+
 def test_the_wrong_number_of_outputs_is_a_mismatch():
     inputs = _inputs()
     ref = parity.admissible_references(FUSE_NORM, inputs, False)
