@@ -1,4 +1,5 @@
-"""Make the Triton 3.6.0 interpreter's `tl.dot` and FP32 -> BF16 casts compute what the GPU computes, and run it faster.
+"""Make the Triton 3.6.0 interpreter's `tl.dot` and FP32 -> BF16 casts compute what the GPU computes, run it under
+numpy 2.4 and later, and run it faster.
 
 Under TRITON_INTERPRET=1, `InterpreterBuilder.create_dot` hands the operands' numpy storage to
 `np.matmul`. The interpreter stores BF16 as uint16 bit patterns, so a BF16 dot multiplies the
@@ -21,6 +22,11 @@ truncates, the GPU rounds to nearest even (cvt.rn.bf16.f32), so without the patc
 kernel's BF16 outputs are 1 ulp off on CPU and its error against FP64 doubles. Explicit
 `fp_downcast_rounding="rtz"` truncates, as on the GPU (the interpreter's own path mangles FP32
 subnormals there; the patch truncates the bits directly).
+
+It replaces a tensor's `__index__` during a launch (`_patch_lang_tensor`): Triton's is `int()` of the 1-element
+array the interpreter keeps a scalar in, which numpy 2.4 and later refuse for an array with a dimension, so every
+`range` over a runtime bound raised TypeError there (the GPU machine has numpy 2.5). `.item()` is the same int on
+every numpy.
 
 Four more changes are for speed alone; with each, a kernel computes and raises exactly what it did without:
   - `_patch_builtin`, which swaps `tl`'s builtins for interpreted ones and runs four times on every nested
@@ -68,6 +74,7 @@ _EXPECTED_PARAMS = {
     "InterpretedFunction.__call__": ("self", "args", "kwargs"),
     "_LangPatchScope.restore": ("self",),
     "_get_np_dtype": ("tt_dtype",),
+    "_patch_lang_tensor": ("tensor", "scope"),
 }
 _PATCH_MARKER = "_beam_interpreter_patch"
 
@@ -245,6 +252,23 @@ def _make_np_dtype(interpreter, original_np_dtype):
     return _get_np_dtype
 
 
+def _make_patch_lang_tensor(interpreter, original_patch_lang_tensor):
+    """`_patch_lang_tensor`, then a tensor `__index__` that numpy 2.4 and later allow (the module docstring). The
+    scope records it like Triton's own attributes, and a launch's end restores the original."""
+
+    def _patch_lang_tensor(tensor, scope):
+        original_patch_lang_tensor(tensor, scope)
+        scope.set_attr(tensor, "__index__", _scalar_index)
+
+    _patch_lang_tensor.__wrapped__ = original_patch_lang_tensor
+    setattr(_patch_lang_tensor, _PATCH_MARKER, True)
+    return _patch_lang_tensor
+
+
+def _scalar_index(tensor) -> int:
+    return int(tensor.handle.data.item())
+
+
 # Replacements that re-implement a body rather than wrap it: the sha256 of the original's dedented source (triton
 # 3.6.0), so that a Triton whose body changed fails loudly even where the signature did not.
 _EXPECTED_SOURCE_SHA256 = {
@@ -261,6 +285,7 @@ def _replacements(interpreter) -> list[tuple[object, str, str, Callable]]:
         (interpreter.InterpretedFunction, "__call__", "InterpretedFunction.__call__", _make_nested_call),
         (interpreter._LangPatchScope, "restore", "_LangPatchScope.restore", _make_scope_restore),
         (interpreter, "_get_np_dtype", "_get_np_dtype", _make_np_dtype),
+        (interpreter, "_patch_lang_tensor", "_patch_lang_tensor", _make_patch_lang_tensor),
     ]
 
 

@@ -1,9 +1,11 @@
 """The interpreter, patched, computes what the GPU computes: tl.dot decodes BF16/FP16 operands and
 multiplies in FP32, rounds FP32 operands to TF32 unless input_precision is "ieee" (or "tf32x3");
-FP32 -> BF16 casts round to nearest even (truncate with rtz)."""
+FP32 -> BF16 casts round to nearest even (truncate with rtz); loops over a runtime bound run under
+numpy 2.4's scalar rule."""
 
 import os
 
+import numpy as np
 import pytest
 import torch
 import triton
@@ -70,7 +72,8 @@ def test_apply_is_idempotent():
 
     assert interpreter_patches.is_applied()
     replaced = [getattr(owner, attr) for owner, attr, _, _ in interpreter_patches._replacements(interpreter)]
-    assert len(replaced) == 7  # the builder's dot and two casts, _patch_builtin, the nested call, restore, np dtypes
+    assert len(replaced) == 8  # the builder's dot and two casts, _patch_builtin, the nested call, restore, np dtypes,
+    # the tensor's __index__
     options = interpreter.interpreter_builder.options
     interpreter_patches.apply()
     assert [getattr(owner, attr) for owner, attr, _, _ in interpreter_patches._replacements(interpreter)] == replaced
@@ -264,3 +267,45 @@ def test_the_overflow_check_is_off_only_where_its_assert_would_not_look(monkeypa
         outs.append(out)
     wrapped = ((a.long() * b.long() + 1 + 2**31) % 2**32 - 2**31).int()
     assert torch.equal(outs[0], wrapped) and torch.equal(outs[1], wrapped)
+
+
+@triton.jit
+def _runtime_bound_sum_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    acc = tl.zeros([BLOCK], tl.float32)
+    for start in range(0, n, BLOCK):  # a runtime bound: Python's range asks the scalar tensor for __index__
+        offs = start + tl.arange(0, BLOCK)
+        acc += tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr, tl.sum(acc))
+
+
+class _OneDimensionalScalar(np.ndarray):
+    """numpy 2.4's rule on any numpy: int() of an array with a dimension raises, even of one element."""
+
+    def __int__(self):
+        raise TypeError("only 0-dimensional arrays can be converted to Python scalars")
+
+
+def test_a_loop_over_a_runtime_bound_runs_under_numpy_2_4s_scalar_rule(monkeypatch):
+    """The interpreter keeps a scalar as a 1-element array, and Triton's tensor __index__ is int() of it, which
+    numpy 2.4 and later refuse (TOOLCHAIN.md: loops over a runtime bound fail; the GPU machine has numpy 2.5).
+    Here every 1-element array the interpreter wraps follows that rule: the patched __index__ (.item()) runs the
+    loop, Triton's own raises, and after each launch tl.tensor has no __index__ again."""
+    from triton.runtime import interpreter
+
+    post_init = interpreter.TensorHandle.__post_init__
+
+    def strict(handle):
+        if isinstance(handle.data, np.ndarray) and handle.data.shape == (1,):
+            handle.data = handle.data.view(_OneDimensionalScalar)
+        post_init(handle)
+
+    monkeypatch.setattr(interpreter.TensorHandle, "__post_init__", strict)
+    x = torch.arange(37, dtype=torch.float32)
+    out = torch.empty(1, dtype=torch.float32)
+    _runtime_bound_sum_kernel[(1,)](x, out, 37, BLOCK=8)
+    assert out.item() == 36 * 37 / 2
+    assert not hasattr(tl.tensor, "__index__")
+    monkeypatch.setattr(interpreter, "_patch_lang_tensor", interpreter._patch_lang_tensor.__wrapped__)
+    with pytest.raises(interpreter.InterpreterError, match="only 0-dimensional arrays"):
+        _runtime_bound_sum_kernel[(1,)](x, out, 37, BLOCK=8)
+    assert not hasattr(tl.tensor, "__index__")
