@@ -388,6 +388,10 @@ class CallParity:
         return sum(o.n_mismatched + o.n_over_tolerance for o in self.outputs.values())
 
 
+# One output as an implementation's is compared with it: (want, exact, nearest, the errors of want and nearest).
+_ExpectedOutput = tuple[torch.Tensor, torch.Tensor, torch.Tensor, tuple[float, float] | None]
+
+
 class Expected:
     """What every implementation's outputs for one (shape, seed) are judged against: the admissible references
     (`admissible_references`, the reference as written first) and the FP64 evaluation (`fp64_evaluation`).
@@ -399,8 +403,7 @@ class Expected:
         self.task, self.references, self.exact = task, list(references), exact
         index = {c.name: i for i, c in enumerate(task.outputs)}
         self._paired = {i: index[c.paired_with] for i, c in enumerate(task.outputs) if c.paired_with is not None}
-        self._outputs: dict[tuple[int, int, bool], tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
-        self._errors: dict[tuple[int, int, bool], tuple[float, float]] = {}
+        self._outputs: dict[tuple[int, int, bool], _ExpectedOutput] = {}
 
     def judge(self, got: Sequence[Any]) -> CallParity:
         """The verdict for one call, against the admissible reference it is closest to (fewest elements off),
@@ -426,16 +429,13 @@ class Expected:
                     by_ids = ids.shape == self.references[k].outputs[self._paired[i]].shape
                     if by_ids and g.shape == ids.shape:
                         g = _sorted_by_ids(g, ids)
-            key = (k, i, by_ids)
-            want, exact, nearest = self._output(*key)
-            if check.kind != "index_set" and key not in self._errors:
-                self._errors[key] = (normwise_error(want, exact), normwise_error(nearest, exact))
-            results[check.name] = compare_output(check, g, want, exact, nearest, self._errors.get(key))
+            results[check.name] = compare_output(check, g, *self._output(k, i, by_ids))
         return CallParity(all(o.passed for o in results.values()), self.references[k].rounding, results)
 
-    def _output(self, k: int, i: int, by_ids: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Output i of reference k, of the FP64 evaluation and of the reference as written; `by_ids`: each
-        re-ordered by its own ids (the output its check is paired with)."""
+    def _output(self, k: int, i: int, by_ids: bool) -> _ExpectedOutput:
+        """Output i of reference k, of the FP64 evaluation and of the reference as written, and the normwise
+        errors of the two references against FP64 (none for an index set); `by_ids`: each re-ordered by its own
+        ids (the output its check is paired with)."""
         key = (k, i, by_ids)
         if key not in self._outputs:
             want, exact, nearest = self.references[k].outputs[i], self.exact[i], self.references[0].outputs[i]
@@ -444,7 +444,10 @@ class Expected:
                 want = _sorted_by_ids(want, self.references[k].outputs[j])
                 exact = _sorted_by_ids(exact, self.exact[j])
                 nearest = _sorted_by_ids(nearest, self.references[0].outputs[j])
-            self._outputs[key] = (want, exact, nearest)
+            errors = None
+            if self.task.outputs[i].kind != "index_set":
+                errors = (normwise_error(want, exact), normwise_error(nearest, exact))
+            self._outputs[key] = (want, exact, nearest, errors)
         return self._outputs[key]
 
 
