@@ -1516,8 +1516,9 @@ def test_benchmark_children_load_the_peers_the_baselines_child_compiled(tmp_path
         assert summary(loading) == {"graphs_loaded": 2, "graphs_compiled": 0, "load_failure": None}
         denied = summary(denied_loading)
     finally:
-        denied_loading.kill()  # none left behind by a failed assertion (no-op on an ended process)
-        denied_loading.wait()
+        for proc in (loading, denied_loading):  # none left behind by a failed assertion (no-op once ended)
+            proc.kill()
+            proc.wait()
     assert (denied["graphs_loaded"], denied["graphs_compiled"]) == (0, 2)
     assert denied["load_failure"].startswith("Failed to load artifact: ")
     assert denied["load_failure"].endswith("PermissionError: [Errno 13] Permission denied: "
