@@ -475,9 +475,6 @@ def bench(settings: BenchModelSettings, echo: Callable[[str], None] = print) -> 
     plan = make_plan(settings)
     if not plan.on_gpu:
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before any candidate kernel is decorated
-        from harness import interpreter_patches
-
-        interpreter_patches.apply()
     env = environment.capture()
     cfg = get_config(plan.preset)
     echo(f"bench model: {cfg.name} on {env.device}; {settings.command()}")

@@ -317,9 +317,8 @@ def optimized_cpu_run(
     sets TRITON_INTERPRET before any candidate is imported, and uses one thread (runs go in parallel)."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
     torch.set_num_threads(1)
-    from harness import interpreter_patches, optimized_model
+    from harness import optimized_model
 
-    interpreter_patches.apply()
     cfg = get_config(preset)
     built = optimized_model.build_ops(optimized_model.explicit_choices(mapping), cfg, "cpu")
     return greedy_run(optimized_model.optimized_model(cfg, built, "cpu", seed), chunks, steps, forced=forced)

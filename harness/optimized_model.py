@@ -17,7 +17,11 @@ StaleCandidateError names the task, the expected and the found hash (a file edit
 promotion is a different candidate, never loaded silently). The verified bytes are then executed
 as a module: promoted candidates passed the sandboxed parity gate of the runner, so they are
 imported here in-process. Modules are cached by hash: building many variants (the waterfall)
-imports each file once, and Triton's autotuning results are kept.
+imports each file once, and Triton's autotuning results are kept. Under TRITON_INTERPRET=1 (the CPU)
+loading also applies harness/interpreter_patches, as the runner's children do: without it the
+interpreter's BF16 dots and casts differ from the GPU's, and under numpy 2.4 and later every `range`
+over a runtime bound raises. Every in-process path to a candidate (the model check's CPU runs,
+`harness bench model`, `harness profile`, the tests) goes through here, so none can forget it.
 
 Load-time transformations: the model is built with pack_qkv_gate=True (q|k|v|gate weights in one
 matrix, optimization #5). Then q, k, v and g reach qk_norm_rope and output_gate as strided views
@@ -35,6 +39,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import inspect
+import os
 import sys
 import types
 from collections.abc import Callable, Mapping
@@ -44,7 +49,7 @@ from typing import Literal
 
 import torch
 
-from harness import candidates, environment, promote
+from harness import candidates, environment, interpreter_patches, promote
 from harness.environment import REPO_ROOT
 from reference_model import ops as reference_ops
 from reference_model.config import BeamConfig, get_config
@@ -204,6 +209,8 @@ def load_candidate_op(choice: CandidateChoice) -> Callable:
     launcher = getattr(module, field, None)
     if not callable(launcher):
         raise StaleCandidateError(f"task {choice.task!r}: {str(path)!r} defines no launcher {field!r}")
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        interpreter_patches.apply()  # idempotent; see the module docstring
     return launcher
 
 

@@ -178,6 +178,31 @@ def test_present_candidates_honour_strides_and_one_that_does_not_gets_contiguous
     assert torch.equal(built.ops.output_gate(o, g, bias), ops.output_gate(o, g, bias))
 
 
+FRESH_INTERPRETER_LOAD = """
+import os
+os.environ["TRITON_INTERPRET"] = "1"
+import torch
+from harness import interpreter_patches, optimized_model
+from reference_model.config import get_config
+
+assert not interpreter_patches.is_applied(), "not a fresh process: the patches were applied before any load"
+fn = optimized_model.load_candidate_op(optimized_model.explicit_choices({"qk_norm_rope": "token_ring"})["qk_norm_rope"])
+assert interpreter_patches.is_applied(), "loading a candidate under TRITON_INTERPRET=1 left the interpreter unpatched"
+assert optimized_model.honours_strides("qk_norm_rope", fn, get_config("beam-tiny"), torch.device("cpu"))
+"""
+
+
+def test_loading_a_candidate_on_the_interpreter_patches_it_in_a_fresh_process():
+    """Every in-process path to a candidate (model check, bench model, profile) loads it through
+    load_candidate_op, which applies harness/interpreter_patches under TRITON_INTERPRET=1. Checked in a
+    fresh process, since in this one an earlier test may have applied them: token_ring's loop over a
+    runtime token count raised TypeError there under numpy 2.4 and later, and its BF16 outputs were
+    truncated, not rounded as on the GPU."""
+    child = subprocess.run([sys.executable, "-c", FRESH_INTERPRETER_LOAD], cwd=REPO, capture_output=True, text=True,
+                           timeout=120)  # fmt: skip
+    assert child.returncode == 0, child.stderr[-4000:]
+
+
 # ---- one model, ops swapped -----------------------------------------------------------------------
 def test_a_packed_model_with_swapped_ops_computes_the_reference(reference_run):
     """The waterfall's mechanism: one model built packed, its ops swapped and its packing switched off,
