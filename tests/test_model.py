@@ -169,14 +169,14 @@ def test_tiny_decode_runs_no_syncing_op(model):
 
 
 # ---- prefill against decode --------------------------------------------------------------------
-def test_prefill_equals_token_by_token_decode_across_the_window(model, routed):
+def test_prefill_equals_token_by_token_decode_across_the_window(routed):
     tokens = _tokens(20, 10)  # window 8: positions 8.. see a ring that has wrapped once or twice
     m, routes = routed
     prefill_TV = m.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens], all_logits=True)
     prefill_routes = routes.take()
     decode_TV = _decode_one_by_one(m, tokens)
     _assert_paths_agree(prefill_TV, prefill_routes, decode_TV, routes.take(), "prefill against decode")
-    last = model.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens])
+    last = m.prefill(KVCache(TINY, 1, CAPACITY, "cpu"), [tokens])
     # Only the last token's row reaches the LM head: the same FP32 logits up to the GEMM's row blocking.
     torch.testing.assert_close(last, prefill_TV[-1:], rtol=1e-5, atol=1e-5)
 
