@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from harness.profile_analysis import range_launches, read_trace, trace_range_launches
+from harness.profile_analysis import read_trace, trace_range_launches
 from harness.records import RECORDS_FILE, append, now_utc
 from reference_model.config import BF16_BYTES, BeamConfig
 
@@ -56,8 +56,9 @@ def per_layer(counts: dict[str, dict[str, int]], cfg: BeamConfig) -> dict[str, A
     """Kernels per layer (attention sublayer + MLP/MoE sublayer), per layer and averaged by kind.
 
     A sublayer range the profile lacks leaves its layer out of the means, named under "missing",
-    rather than losing the whole benchmark. (On the H200 prof.events() once lost L4.moe; the counts
-    now come from the chrome trace, which held it: see `profile_decode_step`.)"""
+    rather than losing the whole benchmark. (prof.events() lost L4.moe on the H200 and on the GPU machine's
+    CPU, its name demangled to ".moe"; the counts come from the chrome trace, which keeps it: see
+    harness/profile_analysis.py.)"""
     layers, missing = [], []
     for layer in range(cfg.n_layers):
         ffn = "moe" if cfg.is_moe(layer) else "mlp"
@@ -81,11 +82,10 @@ def per_layer(counts: dict[str, dict[str, int]], cfg: BeamConfig) -> dict[str, A
 def profile_decode_step(step: Callable[[], object], on_cuda: bool) -> dict[str, dict[str, int]]:
     """{"L3.moe": {"kernels": n, "copies": m}, ...} for each sublayer range of one eager decode step (and
     "embedding", "lm_head", which `per_layer` does not read), counted as
-    `harness profile` counts them (harness/profile_analysis.py). On CUDA: the device kernels launched
-    inside the range (by the range itself, e.g. a Triton launch, or by any op below it), memcpy/memset
-    apart, read from the exported chrome trace, because prof.events() lost L4.moe on the H200 while the
-    trace kept it. On the CPU: the leaf ATen calls that compute something (Triton kernels run by the
-    interpreter are not ATen calls: they do not show there)."""
+    `harness profile` counts them, from the exported chrome trace (harness/profile_analysis.py). On CUDA:
+    the device kernels launched inside the range (by the range itself, e.g. a Triton launch, or by any op
+    below it), memcpy/memset apart. On the CPU: the leaf ATen calls that compute something (Triton
+    kernels run by the interpreter are not ATen calls: they do not show there)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if on_cuda else [ProfilerActivity.CPU]
@@ -93,12 +93,10 @@ def profile_decode_step(step: Callable[[], object], on_cuda: bool) -> dict[str, 
         step()
         if on_cuda:
             torch.cuda.synchronize()
-    if not on_cuda:
-        return range_launches(prof.events())
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "trace.json"
         prof.export_chrome_trace(str(path))
-        return trace_range_launches(read_trace(path))
+        return trace_range_launches(read_trace(path), on_cuda)
 
 
 # ---- the record ---------------------------------------------------------------------------------------

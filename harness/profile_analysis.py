@@ -5,15 +5,20 @@ named after ModelOps fields) with the scope around each ("embedding", "lm_head",
 "step" where none), the scope ranges, and the traced ops' call log (harness/profile_model.py), one
 OpCall per op range in the same order.
 
-Where they come from: on CUDA, every figure of every table comes from the profile's exported chrome
-trace (`trace_ranges`), not from prof.events(). On the H200 (torch 2.11) the events' tree lost one
-sublayer range (L4.moe, in every step; its ops were reattached to the step), and in the prefill
-profile the events attached more kernels to the ranges than the trace holds in all (24822 per step
-against 22600 kernel events, "GPU busy 121%"). In the trace a range is a "user_annotation" event;
-device work (a kernel, a memcpy or memset) belongs to it when the host call that launched it
-("cuda_runtime" or "cuda_driver", linked by the "correlation" arg) started inside the range on the
-range's thread, whenever the GPU ran it. On CPU the figures come from prof.events() (`event_ranges`):
-the ranges' tree.
+Where they come from: every figure of every table comes from the profile's exported chrome trace
+(`trace_ranges`), on both devices, not from prof.events(). torch builds the events in Python and passes
+each name through the C++ runtime's demangler (torch._C._demangle, profiler_util.StringTable), and
+libstdc++ 6.0.33 (Ubuntu 24.04, the GPU machine's) reads "L4.moe", "L4.mlp" and "L10.attention" as
+mangled internal-linkage names (L, a length, the name) and gives ".moe", ".mlp" and ".attention";
+libstdc++ 6.0.30 leaves them be (sixty-fourth session, results/gpu_logs/2026-12-07-session64/). So the
+events lost L4.moe on the H200 and on that machine's CPU, its ops reattached to the step; the trace,
+written by the C++ profiler, keeps every name. (On CUDA the events also attached more kernels to the
+ranges of the prefill profile than the trace holds in all: 24822 per step against 22600 kernel events,
+"GPU busy 121%".) In the trace a range is a "user_annotation" event on a host thread. On CUDA, device
+work (a kernel, a memcpy or memset) belongs to it when the host call that launched it ("cuda_runtime"
+or "cuda_driver", linked by the "correlation" arg) started inside the range on the range's thread,
+whenever the GPU ran it. On CPU, an ATen call ("cpu_op") belongs to it when it started inside the range
+on that thread.
 
 Time: on CUDA, a range's time is its device time, the summed duration of the device work (kernels and
 copies) launched inside it (what the GPU spent on it, not the host's launch time, which is `host_*`,
@@ -40,7 +45,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-from torch.autograd import DeviceType
 
 from harness import bench
 from reference_model.config import BeamConfig
@@ -113,7 +117,7 @@ class Span:
 
 @dataclass(frozen=True)
 class Ranges:
-    """The profiled steps' ranges, read from the events (CPU) or the chrome trace (CUDA)."""
+    """The profiled steps' ranges, read from the chrome trace."""
 
     time_basis: str  # "gpu kernels" or "cpu"
     steps: list[Span]
@@ -137,107 +141,92 @@ def scope_counts(spans: Iterable[Span]) -> dict[str, dict[str, int]]:
     return counts
 
 
-# ---- CPU: the events' tree -------------------------------------------------------------------------
-def _subtree(evt) -> Iterable[Any]:
-    stack = [evt]
-    while stack:
-        e = stack.pop()
-        yield e
-        stack.extend(e.cpu_children)
-
-
-def _computing_calls(evt) -> int:
-    """The leaf ATen calls inside one range that compute something: each would be a kernel on a GPU."""
-    return sum(e.name.startswith("aten::") and e.name not in NO_KERNEL_OPS
-               and not any(c.name.startswith("aten::") for c in e.cpu_children) for e in _subtree(evt))  # fmt: skip
-
-
-def range_launches(events: Iterable[Any]) -> dict[str, dict[str, int]]:
-    """`scope_counts` of a CPU profile's scope ranges: the leaf ATen calls below each that compute."""
-    return scope_counts(_event_span(evt) for evt in events if _is_scope(evt.name))
-
-
-def _ranges_in_step(step) -> tuple[list[tuple[Any, str]], list[Any]]:
-    """The op ranges of one step with their scope (in call order), and the scope ranges themselves."""
-    ops, scopes = [], []
-    stack = [(child, "step") for child in reversed(step.cpu_children)]
-    while stack:
-        evt, scope = stack.pop()
-        if evt.name in OP_NAMES:
-            ops.append((evt, scope))
-            continue  # ops do not nest: whatever runs inside belongs to this op
-        if _is_scope(evt.name):
-            scope = evt.name
-            scopes.append(evt)
-        stack.extend((child, scope) for child in reversed(evt.cpu_children))
-    return ops, scopes
-
-
-def _event_span(evt) -> Span:
-    return Span(evt.name, evt.cpu_time_total, evt.cpu_time_total, _computing_calls(evt), 0)
-
-
-def event_ranges(events: Iterable[Any], step_range: str) -> Ranges:
-    """The ranges of a CPU profile, from prof.events(): time is CPU time, kernels the computing leaf ATen calls."""
-    steps = [e for e in events if e.name == step_range and e.device_type == DeviceType.CPU]
-    ops, scopes = [], []
-    for step in steps:
-        step_ops, step_scopes = _ranges_in_step(step)
-        ops += [(_event_span(evt), scope) for evt, scope in step_ops]
-        scopes += [_event_span(evt) for evt in step_scopes]
-    return Ranges("cpu", [_event_span(s) for s in steps], ops, scopes)
-
-
-# ---- CUDA: the chrome trace ------------------------------------------------------------------------
+# ---- the chrome trace ------------------------------------------------------------------------------
 def read_trace(path: Path) -> dict[str, Any]:
     """A chrome trace as prof.export_chrome_trace wrote it (gzipped where the name ends in .gz)."""
     with (gzip.open if path.suffix == ".gz" else open)(path, "rt") as f:
         return json.load(f)
 
 
-Launched = dict[tuple[int, int], list[tuple[float, str, float]]]
+# What a range is charged with, by the host thread it started on: (pid, tid) -> [(start, "kernels" or
+# "copies", duration)], sorted by start.
+Work = dict[tuple[int, int], list[tuple[float, str, float]]]
 
 
-def _launched(trace: dict[str, Any]) -> Launched:
-    """The trace's device work by the host thread that launched it: (pid, tid) -> [(launch start, "kernels"
-    or "copies", device duration)], sorted by launch. A kernel, memcpy or memset is linked to the host
-    call that launched it by the "correlation" arg; work whose launch the trace lacks (launched before
-    the profile began) is left out."""
+def _device_work(trace: dict[str, Any]) -> Work:
+    """A CUDA trace's device work by the host call that launched it: (the call's start, "kernels" or
+    "copies", the device duration). A kernel, memcpy or memset is linked to that call by the
+    "correlation" arg; work whose launch the trace lacks (launched before the profile began) is left out."""
     events = trace["traceEvents"]
     calls = {e["args"]["correlation"]: e for e in events if e.get("cat") in LAUNCH_CATEGORIES}
-    launched: Launched = {}
+    work: Work = {}
     for e in events:
         call = calls.get(e["args"]["correlation"]) if e.get("cat") in DEVICE_WORK else None
         if call is not None:
-            launched.setdefault((call["pid"], call["tid"]), []).append((call["ts"], DEVICE_WORK[e["cat"]], e["dur"]))
-    for work in launched.values():
-        work.sort()
-    return launched
+            work.setdefault((call["pid"], call["tid"]), []).append((call["ts"], DEVICE_WORK[e["cat"]], e["dur"]))
+    for items in work.values():
+        items.sort()
+    return work
 
 
-def _trace_span(e: dict[str, Any], launched: Launched) -> Span:
-    """A trace range's figures: the device work whose launch call started inside the range on the range's
-    thread (where and when the GPU ran it does not matter: a kernel still queued when the range ended
-    counts), and the range's own duration as host time."""
-    work = launched.get((e["pid"], e["tid"]), [])
-    inside = work[bisect.bisect_left(work, e["ts"], key=lambda w: w[0]):
-                  bisect.bisect_right(work, e["ts"] + e["dur"], key=lambda w: w[0])]  # fmt: skip
+def _ns(us: float) -> int:
+    return round(us * 1000)  # the trace's times are us with ns decimals; nesting is decided on whole ns
+
+
+def _leaf_calls(trace: dict[str, Any]) -> Work:
+    """A CPU trace's ATen calls that compute and call no other ATen op: (start, "kernels", duration) each.
+    Nesting is read from the times on one thread, as torch builds its events' tree: a call lies inside
+    the open call before it when it starts before that one ends and ends no later."""
+    threads: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") == "cpu_op" and e["name"].startswith("aten::"):
+            threads.setdefault((e["pid"], e["tid"]), []).append(e)
+    work: Work = {}
+    for thread, calls in threads.items():
+        calls.sort(key=lambda e: (_ns(e["ts"]), -_ns(e["ts"] + e["dur"])))
+        open_calls: list[tuple[int, int]] = []  # (index, end in ns)
+        callers: set[int] = set()
+        for i, e in enumerate(calls):
+            start, end = _ns(e["ts"]), _ns(e["ts"] + e["dur"])
+            while open_calls and (start >= open_calls[-1][1] or end > open_calls[-1][1]):
+                open_calls.pop()
+            if open_calls:
+                callers.add(open_calls[-1][0])
+            open_calls.append((i, end))
+        work[thread] = [(e["ts"], "kernels", e["dur"]) for i, e in enumerate(calls)
+                        if i not in callers and e["name"] not in NO_KERNEL_OPS]  # fmt: skip
+    return work
+
+
+def _trace_span(e: dict[str, Any], work: Work, on_cuda: bool) -> Span:
+    """A trace range's figures: the work that started inside the range on the range's thread (on CUDA the
+    launch call's start: where and when the GPU ran the work does not matter, a kernel still queued when
+    the range ended counts), and the range's own duration as host time. Its time is the device time of
+    that work on CUDA, the range's own duration on the CPU."""
+    items = work.get((e["pid"], e["tid"]), [])
+    inside = items[bisect.bisect_left(items, e["ts"], key=lambda w: w[0]):
+                   bisect.bisect_right(items, e["ts"] + e["dur"], key=lambda w: w[0])]  # fmt: skip
     kernels = sum(kind == "kernels" for _, kind, _ in inside)
-    return Span(e["name"], sum(dur for _, _, dur in inside), e["dur"], kernels, len(inside) - kernels)
+    time_us = sum(dur for _, _, dur in inside) if on_cuda else e["dur"]
+    return Span(e["name"], time_us, e["dur"], kernels, len(inside) - kernels)
 
 
-def trace_range_launches(trace: dict[str, Any]) -> dict[str, dict[str, int]]:
-    """`scope_counts` of a CUDA chrome trace's scope ranges, counted as `_trace_span` counts them."""
-    launched = _launched(trace)
-    return scope_counts(_trace_span(e, launched) for e in trace["traceEvents"]
+def _work(trace: dict[str, Any], on_cuda: bool) -> Work:
+    return _device_work(trace) if on_cuda else _leaf_calls(trace)
+
+
+def trace_range_launches(trace: dict[str, Any], on_cuda: bool) -> dict[str, dict[str, int]]:
+    """`scope_counts` of a trace's scope ranges, counted as `_trace_span` counts them."""
+    work = _work(trace, on_cuda)
+    return scope_counts(_trace_span(e, work, on_cuda) for e in trace["traceEvents"]
                         if e.get("cat") == "user_annotation" and _is_scope(e["name"]))  # fmt: skip
 
 
-def trace_ranges(trace: dict[str, Any], step_range: str) -> Ranges:
-    """The ranges of a CUDA profile, from its chrome trace: every record_function range is a
-    "user_annotation" event. An op range belongs to the step range its start lies in, on the same
-    thread, and to the innermost scope range around its start there ("step" where none)."""
-    launched = _launched(trace)
+def trace_ranges(trace: dict[str, Any], step_range: str, on_cuda: bool) -> Ranges:
+    """The ranges of a profile, from its chrome trace: every record_function range is a "user_annotation"
+    event. An op range belongs to the step range its start lies in, on the same thread, and to the
+    innermost scope range around its start there ("step" where none)."""
+    work = _work(trace, on_cuda)
     annotations = sorted((e for e in trace["traceEvents"] if e.get("cat") == "user_annotation"),
                          key=lambda e: e["ts"])  # fmt: skip
     steps = [e for e in annotations if e["name"] == step_range]
@@ -249,9 +238,10 @@ def trace_ranges(trace: dict[str, Any], step_range: str) -> Ranges:
         for e in inside:
             if e["name"] in OP_NAMES:
                 around = [s["name"] for s in step_scopes if s["ts"] <= e["ts"] <= s["ts"] + s["dur"]]
-                ops.append((_trace_span(e, launched), around[-1] if around else "step"))
-        scopes += [_trace_span(e, launched) for e in step_scopes]
-    return Ranges("gpu kernels", [_trace_span(s, launched) for s in steps], ops, scopes)
+                ops.append((_trace_span(e, work, on_cuda), around[-1] if around else "step"))
+        scopes += [_trace_span(e, work, on_cuda) for e in step_scopes]
+    spans = [_trace_span(s, work, on_cuda) for s in steps]
+    return Ranges("gpu kernels" if on_cuda else "cpu", spans, ops, scopes)
 
 
 def _kind(scope: str) -> str:
@@ -363,7 +353,7 @@ def _layers(scopes: Sequence[Span], cfg: BeamConfig, n_steps: int) -> pd.DataFra
 
 def analyze(ranges: Ranges, calls, cfg: BeamConfig, n_steps: int, copy_gbps: float | None,
             gemm_tflops: float | None) -> ProfileTables:  # fmt: skip
-    """`ranges`: `event_ranges` of a CPU profile or `trace_ranges` of a CUDA one; `calls`: the call log,
+    """`ranges`: `trace_ranges` of the profile; `calls`: the call log,
     one OpCall per op range in the same order."""
     if len(ranges.steps) != n_steps:
         raise ProfileMismatch(f"expected {n_steps} step ranges in the profile; found {len(ranges.steps)}")

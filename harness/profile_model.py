@@ -345,9 +345,8 @@ def execute(plan: Plan) -> int:
     log.recording = False
     plan.run_dir.mkdir(parents=True)
     trace = plan.run_dir / profile_summary.TRACE_FILE
-    prof.export_chrome_trace(str(trace))  # on CUDA every figure is read from it
-    ranges = (profile_analysis.trace_ranges(profile_analysis.read_trace(trace), STEP_RANGE) if plan.on_cuda
-              else profile_analysis.event_ranges(prof.events(), STEP_RANGE))  # fmt: skip
+    prof.export_chrome_trace(str(trace))  # every figure is read from it (harness/profile_analysis.py)
+    ranges = profile_analysis.trace_ranges(profile_analysis.read_trace(trace), STEP_RANGE, plan.on_cuda)
     tables = profile_analysis.analyze(ranges, log.calls, cfg, plan.steps, copy_gbps, gemm_tflops)
     written = profile_summary.write(plan, tables, copy_gbps, gemm_tflops, environment.capture().to_dict())
     print(profile_summary.console_summary(tables, plan.settings.top))

@@ -3,6 +3,7 @@ is set here, before test modules import candidate kernels (TOOLCHAIN.md)."""
 
 import contextlib
 import os
+import re
 
 import pytest
 import torch
@@ -79,3 +80,19 @@ def planted(planted_run):
         return record
 
     return get
+
+
+@pytest.fixture
+def demangled_as_on_the_gpu_machine(monkeypatch):
+    """torch._C._demangle, which torch's profiler applies to every event name, made to behave as libstdc++
+    6.0.33's __cxa_demangle does on the GPU machine (sixty-fourth session,
+    results/gpu_logs/2026-12-07-session64/demangle_probe.py): "L", a length n and n characters read as an
+    internal-linkage name, so "L4.moe" gives ".moe" and "L10.attention" ".attention"; "L3.moe" and
+    "L4.attention" stay. This machine's libstdc++ 6.0.30 leaves them all be."""
+    real = torch._C._demangle
+
+    def demangle(name: str) -> str:
+        match = re.fullmatch(r"L(\d+)(.+)", name, flags=re.DOTALL)
+        return match[2] if match and int(match[1]) == len(match[2]) else real(name)
+
+    monkeypatch.setattr(torch._C, "_demangle", demangle)

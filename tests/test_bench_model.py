@@ -12,8 +12,10 @@ import torch
 from harness import bench_model, bench_model_report
 from harness.bench_model import BenchModelSettings
 from harness.optimized_model import LibraryOp
+from reference_model.cache import KVCache
 from reference_model.config import get_config
 from reference_model.model import Beam, parameter_counts
+from reference_model.weights import random_model
 
 
 # ---- settings and variants -----------------------------------------------------------------------------
@@ -106,6 +108,16 @@ def test_kernels_are_summed_per_layer_and_a_missing_range_leaves_its_layer_out()
 
 
 # ---- a whole run on the CPU -------------------------------------------------------------------------------
+def test_cpu_kernel_counts_keep_l4_moe_where_the_profilers_events_lose_its_name(demangled_as_on_the_gpu_machine):
+    cfg = get_config("beam-tiny")
+    model = random_model(cfg, 0)
+    counts = bench_model_report.profile_decode_step(
+        lambda: model.decode(KVCache(cfg, 1, 40, "cpu"), torch.tensor([5])), on_cuda=False)  # fmt: skip
+    layers = bench_model_report.per_layer(counts, cfg)
+    assert layers["missing"] == [] and len(layers["layers"]) == cfg.n_layers
+    assert counts["L4.moe"] == counts["L3.moe"] and counts["L4.moe"]["kernels"] > 0
+
+
 def test_bench_model_runs_on_cpu_and_writes_record_chart_and_summary(tmp_path, capsys):
     settings = BenchModelSettings(ops=("output_gate:head_rows",), results_dir=str(tmp_path / "no-promotions"),
                                   out=str(tmp_path / "out"))  # fmt: skip
