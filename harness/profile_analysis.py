@@ -183,11 +183,12 @@ def _leaf_calls(trace: dict[str, Any]) -> Work:
             threads.setdefault((e["pid"], e["tid"]), []).append(e)
     work: Work = {}
     for thread, calls in threads.items():
-        calls.sort(key=lambda e: (_ns(e["ts"]), -_ns(e["ts"] + e["dur"])))
+        calls.sort(key=lambda e: (_ns(e["ts"]), -_ns(e["ts"]) - _ns(e["dur"])))
         open_calls: list[tuple[int, int]] = []  # (index, end in ns)
         callers: set[int] = set()
         for i, e in enumerate(calls):
-            start, end = _ns(e["ts"]), _ns(e["ts"] + e["dur"])
+            start = _ns(e["ts"])
+            end = start + _ns(e["dur"])
             while open_calls and (start >= open_calls[-1][1] or end > open_calls[-1][1]):
                 open_calls.pop()
             if open_calls:
