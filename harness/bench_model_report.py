@@ -57,7 +57,7 @@ def per_layer(counts: dict[str, dict[str, int]], cfg: BeamConfig) -> dict[str, A
 
     A sublayer range the profile lacks leaves its layer out of the means, named under "missing",
     rather than losing the whole benchmark. (prof.events() lost L4.moe on the H200 and on the GPU machine's
-    CPU, its name demangled to ".moe"; the counts come from the chrome trace, which keeps it: see
+    CPU, where its name was demangled to ".moe"; the counts come from the chrome trace, which keeps it: see
     harness/profile_analysis.py.)"""
     layers, missing = [], []
     for layer in range(cfg.n_layers):

@@ -11,14 +11,14 @@ each name through the C++ runtime's demangler (torch._C._demangle, profiler_util
 libstdc++ 6.0.33 (Ubuntu 24.04, the GPU machine's) reads "L4.moe", "L4.mlp" and "L10.attention" as
 mangled internal-linkage names (L, a length, the name) and gives ".moe", ".mlp" and ".attention";
 libstdc++ 6.0.30 leaves them be (sixty-fourth session, results/gpu_logs/2026-12-07-session64/). So the
-events lost L4.moe on the H200 and on that machine's CPU, its ops reattached to the step; the trace,
-written by the C++ profiler, keeps every name. (On CUDA the events also attached more kernels to the
-ranges of the prefill profile than the trace holds in all: 24822 per step against 22600 kernel events,
-"GPU busy 121%".) In the trace a range is a "user_annotation" event on a host thread. On CUDA, device
-work (a kernel, a memcpy or memset) belongs to it when the host call that launched it ("cuda_runtime"
-or "cuda_driver", linked by the "correlation" arg) started inside the range on the range's thread,
-whenever the GPU ran it. On CPU, an ATen call ("cpu_op") belongs to it when it started inside the range
-on that thread.
+events lost L4.moe on that machine's CPU, its ops reattached to the step, as they did on the H200 in
+every CUDA profile; the trace, written by the C++ profiler, keeps every name. (On CUDA the events also
+attached more kernels to the ranges of the prefill profile than the trace holds in all: 24822 per step
+against 22600 kernel events, "GPU busy 121%".) In the trace a range is a "user_annotation" event on a
+host thread. On CUDA, device work (a kernel, a memcpy or memset) belongs to it when the host call that
+launched it ("cuda_runtime" or "cuda_driver", linked by the "correlation" arg) started inside the range
+on the range's thread, whenever the GPU ran it. On CPU, an ATen call ("cpu_op") belongs to it when it
+started inside the range on that thread.
 
 Time: on CUDA, a range's time is its device time, the summed duration of the device work (kernels and
 copies) launched inside it (what the GPU spent on it, not the host's launch time, which is `host_*`,

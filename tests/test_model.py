@@ -15,8 +15,9 @@ sends it to other experts on one path, and its logits move by far more than LOGI
 record every MoE layer's choice for every token (_Routes), and a token routed differently is held to
 the whole-model verdict's rules instead (harness/model_parity.py): ROUTING_FLIP_TOL, a swap at a
 selection boundary, and a bounded share of the tokens (_assert_paths_agree). Measured over weight seeds
-0-39 of beam-tiny (torch 2.13; another torch draws other weights for one seed, and torch 2.11's seed 0
-failed the plain tolerance at 0.1014): of 240 comparisons (prefill against decode, the four batched
+0-39 of beam-tiny (torch 2.13; another torch draws other weights for one seed: torch 2.11's seed 0
+failed the plain tolerance at 0.1014 on the GPU machine's CPU and on this one's, by one such token seen
+here, the last of batched sequence 1): of 240 comparisons (prefill against decode, the four batched
 sequences, prefill on top), 3 had one rerouted token, at 0.22-0.31, and failed the plain tolerance;
 none had two; every other token stayed within 0.017. A 1-ulp flip in one embedding element rerouted
 up to 5 of the 15 later tokens (at up to 0.62), and moved the others by up to 0.091: rerouted tokens
