@@ -183,18 +183,16 @@ def _leaf_calls(trace: dict[str, Any]) -> Work:
             threads.setdefault((e["pid"], e["tid"]), []).append(e)
     work: Work = {}
     for thread, calls in threads.items():
-        calls.sort(key=lambda e: (_ns(e["ts"]), -_ns(e["ts"]) - _ns(e["dur"])))
-        open_calls: list[tuple[int, int]] = []  # (index, end in ns)
+        spans = sorted(((_ns(e["ts"]), _ns(e["ts"]) + _ns(e["dur"]), e) for e in calls), key=lambda s: (s[0], -s[1]))
+        open_calls: list[tuple[int, int]] = []  # (index in spans, end in ns)
         callers: set[int] = set()
-        for i, e in enumerate(calls):
-            start = _ns(e["ts"])
-            end = start + _ns(e["dur"])
+        for i, (start, end, _) in enumerate(spans):
             while open_calls and (start >= open_calls[-1][1] or end > open_calls[-1][1]):
                 open_calls.pop()
             if open_calls:
                 callers.add(open_calls[-1][0])
             open_calls.append((i, end))
-        work[thread] = [(e["ts"], "kernels", e["dur"]) for i, e in enumerate(calls)
+        work[thread] = [(e["ts"], "kernels", e["dur"]) for i, (_, _, e) in enumerate(spans)
                         if i not in callers and e["name"] not in NO_KERNEL_OPS]  # fmt: skip
     return work
 
